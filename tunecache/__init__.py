@@ -1,0 +1,82 @@
+"""tunecache: a persistent, per-device autotuning cache.
+
+For every optimisable op a runtime runs, tunecache records which of its legal implementations is
+fastest on this machine, at this shape and thread count, with the evidence.
+
+Importing this package is cheap on purpose: SQLAlchemy and Alembic load only when a cache is
+opened for writing (`tunecache.open`), never on the read path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tunecache._version import __version__
+from tunecache.device import Device, detect
+from tunecache.errors import (
+    BadKeyError,
+    BadRecordError,
+    CodecError,
+    DeviceMismatchError,
+    ReadOnlyStoreError,
+    SchemaTooNewError,
+    StoreBusyError,
+    StoreError,
+    TunecacheError,
+    TunecacheWarning,
+)
+from tunecache.keys import Bucketing, Key, format_key, make_key, parse
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache, Entry
+    from tunecache.cache import open_cache as open
+    from tunecache.codec import CandidateTiming, TimingRecord
+
+__all__ = [
+    "__version__",
+    # keys and devices (pure values)
+    "Bucketing",
+    "Device",
+    "Key",
+    "detect",
+    "format_key",
+    "make_key",
+    "parse",
+    # the store
+    "Cache",
+    "CandidateTiming",
+    "Entry",
+    "TimingRecord",
+    "open",
+    # errors
+    "BadKeyError",
+    "BadRecordError",
+    "CodecError",
+    "DeviceMismatchError",
+    "ReadOnlyStoreError",
+    "SchemaTooNewError",
+    "StoreBusyError",
+    "StoreError",
+    "TunecacheError",
+    "TunecacheWarning",
+]
+
+_LAZY = {
+    "Cache": ("tunecache.cache", "Cache"),
+    "Entry": ("tunecache.cache", "Entry"),
+    "open": ("tunecache.cache", "open_cache"),
+    "CandidateTiming": ("tunecache.codec", "CandidateTiming"),
+    "TimingRecord": ("tunecache.codec", "TimingRecord"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only.
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tunecache' has no attribute {name!r}")

@@ -1,0 +1,7 @@
+"""`python -m tunecache` runs the command line."""
+
+import sys
+
+from tunecache.cli import main
+
+sys.exit(main())

@@ -1,0 +1,3 @@
+"""The version of tunecache itself."""
+
+__version__ = "0.1.0"

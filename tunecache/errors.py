@@ -1,0 +1,73 @@
+"""The exceptions tunecache raises: one root, a few precise kinds."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadKeyError",
+    "BadRecordError",
+    "CodecError",
+    "DeviceMismatchError",
+    "ReadOnlyStoreError",
+    "SchemaTooNewError",
+    "StoreBusyError",
+    "StoreError",
+    "TunecacheError",
+    "TunecacheWarning",
+]
+
+
+class TunecacheError(Exception):
+    """Root of every error tunecache raises on purpose."""
+
+    #: exit status the command line uses for this kind of error
+    exit_code = 1
+
+
+class BadKeyError(TunecacheError, ValueError):
+    """A key, its text form or its dims are malformed."""
+
+    exit_code = 2
+
+
+class BadRecordError(TunecacheError, ValueError):
+    """An entry, candidate list or timing record that breaks the store's rules."""
+
+    exit_code = 3
+
+
+class CodecError(BadRecordError):
+    """Bytes that are not a valid, bounded tunecache CBOR record."""
+
+
+class DeviceMismatchError(TunecacheError):
+    """Data from one device identity offered to a cache of another."""
+
+    exit_code = 4
+
+
+class StoreError(TunecacheError):
+    """The cache database cannot do what was asked."""
+
+    exit_code = 5
+
+
+class StoreBusyError(StoreError):
+    """The database stayed locked by another writer past the deadline."""
+
+    exit_code = 6
+
+
+class SchemaTooNewError(StoreError):
+    """The database was written by a newer tunecache; it is opened read-only."""
+
+    exit_code = 7
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was asked of a cache that can only be read."""
+
+    exit_code = 8
+
+
+class TunecacheWarning(UserWarning):
+    """Something the host program should hear about, that must not stop it."""
