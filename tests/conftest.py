@@ -1,0 +1,50 @@
+"""Shared fixtures: every test gets its own cache root; none touches the real user cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tunecache.device import Device
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point TUNECACHE_DIR and the XDG cache folder at temporary folders, for this process
+    and every subprocess a test starts."""
+    root = tmp_path / "cache-root"
+    monkeypatch.setenv("TUNECACHE_DIR", str(root))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    return root
+
+
+@pytest.fixture
+def device() -> Device:
+    """A fixed device identity, so tests do not depend on the machine they run on."""
+    return Device(
+        cpu="test-cpu-9000",
+        threads=4,
+        accelerator=None,
+        client="tunecache",
+        client_version="0.1.0",
+    )
+
+
+@pytest.fixture
+def cache(device: Device, tmp_path: Path) -> Iterator[Cache]:
+    """A fresh cache in a temporary folder."""
+    from tunecache.cache import Cache
+
+    c = Cache.open(device=device, root=tmp_path / "store")
+    try:
+        yield c
+    finally:
+        c.close()

@@ -1,0 +1,372 @@
+"""Keys for tuning decisions, their one canonical text form, and shape bucketing.
+
+A key is an op signature plus named integer dims. Its text form is the RFC one::
+
+    einsum_nk,km->mn_F32_F32_F32_b1_m288_k96_n64_aconst_nstrided
+
+Grammar of the text form (every key has exactly one, and ``parse`` accepts only that one):
+
+- The text is tokens joined by ``_``; no token is empty (no ``__``, no leading or trailing ``_``).
+  Every character is visible ASCII (``!`` to ``~``); ``_`` only separates tokens.
+- Token 0 is the op name and always belongs to the signature, whatever it looks like.
+- A token at index >= 1 matching ``[a-z]+[0-9]+`` is a *dim token*: a name of lowercase letters,
+  then a decimal value. The value has no leading zero (``m0`` is fine, ``m0288`` is not) and is at
+  most ``MAX_DIM``; dim names are unique within a key.
+- Every other token is a *signature token*. Hence a type such as ``f32`` cannot be a signature
+  token: it would read as dim ``f=32``, so types are written in uppercase (``F32``).
+- A *flag* is a signature token at index >= 1 of lowercase letters only (``aconst``). The dims form
+  one contiguous block, in the client's order, placed just before the first flag, or at the end
+  when there is none. A key may have no dims.
+- The signature is the signature tokens joined by ``_``, in order; the whole text is at most
+  ``MAX_TEXT_LEN`` characters.
+
+Everything here is a pure value: no I/O.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import NamedTuple
+
+from tunecache.errors import BadKeyError
+
+__all__ = [
+    "MAX_DIM",
+    "MAX_TEXT_LEN",
+    "Bucketing",
+    "Key",
+    "format_key",
+    "make_key",
+    "parse",
+]
+
+#: largest dim value: dims are stored in SQLite INTEGER columns, which are signed 64-bit
+MAX_DIM = 2**63 - 1
+#: longest key text accepted; real keys are under 200 characters, so longer input is an error
+MAX_TEXT_LEN = 4096
+
+# fullmatch only: "$" would also match before a trailing newline.
+_DIM_LIKE = re.compile(r"([a-z]+)([0-9]+)")
+_FLAG = re.compile(r"[a-z]+")
+_DIM_NAME = re.compile(r"[a-z]+")
+# Visible ASCII minus "_" (0x5f); str.isprintable() would let non-ASCII letters through.
+_BAD_CHAR = re.compile(r"[^\x21-\x5e\x60-\x7e]")
+# Longest decimal a value <= MAX_DIM can have; longer digit runs are rejected before int().
+_MAX_DIM_DIGITS = len(str(MAX_DIM))
+
+
+class Key(NamedTuple):
+    """An op signature plus its named dims: what one tuning decision is about."""
+
+    # A NamedTuple, not a dataclass: the resolver builds and hashes one per call. The raw
+    # constructor therefore validates nothing; make_key and parse do.
+    signature: str
+    dims: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The canonical text form of this key, as parse accepts it."""
+        return format_key(self)
+
+
+def _error(what: str, pos: int, token: str, reason: str) -> BadKeyError:
+    """Build the error for a bad token, naming its position in the text."""
+    shown = token if len(token) <= 60 else token[:57] + "..."
+    return BadKeyError(f"bad {what} at position {pos} ({shown!r}): {reason}")
+
+
+def _uppercase_hint(token: str) -> str:
+    """Say how to write a dim-looking token that was meant as a type."""
+    return f"if {token!r} is a type, not a dim, write it in uppercase ({token.upper()!r})"
+
+
+def _check_signature_token(token: str, index: int, pos: int, what: str) -> None:
+    """Raise unless token is a legal signature token that is not dim-like."""
+    if not token:
+        if index == 0:
+            raise _error(what, pos, token, "the op name is empty")
+        raise _error(what, pos, token, "empty token (doubled, leading or trailing '_')")
+    bad = _BAD_CHAR.search(token)
+    if bad is not None:
+        # Point at the character itself: in a long token the token start would not find it.
+        raise _error(
+            what,
+            pos + bad.start(),
+            token,
+            f"character {bad.group()!r} is not allowed (visible ASCII other than '_' only)",
+        )
+
+
+def _dims_index(signature_tokens: list[str]) -> int:
+    """Return where the dims block goes among the signature tokens: before the first flag."""
+    for i in range(1, len(signature_tokens)):
+        if _FLAG.fullmatch(signature_tokens[i]):
+            return i
+    return len(signature_tokens)
+
+
+def _check_length(text_len: int, what: str) -> None:
+    """Raise if a key text would be longer than parse accepts."""
+    if text_len > MAX_TEXT_LEN:
+        raise BadKeyError(f"{what} is {text_len} characters long; at most {MAX_TEXT_LEN} allowed")
+
+
+def _check_signature(signature: object) -> None:
+    """Raise unless signature is the signature part of some valid key."""
+    if not isinstance(signature, str):
+        raise BadKeyError(f"a signature must be a str, not {type(signature).__name__}")
+    _check_length(len(signature), "the signature")
+    pos = 0
+    for index, token in enumerate(signature.split("_")):
+        _check_signature_token(token, index, pos, "signature")
+        if index and _DIM_LIKE.fullmatch(token):
+            raise _error(
+                "signature",
+                pos,
+                token,
+                "a letters-then-digits token is a dim, so it cannot be part of the signature; "
+                + _uppercase_hint(token),
+            )
+        pos += len(token) + 1
+
+
+def _check_dim(name: object, value: object, seen: set[str]) -> tuple[str, int]:
+    """Return (name, value) as a dim pair, or raise if either is not a legal dim."""
+    if not isinstance(name, str) or not _DIM_NAME.fullmatch(name):
+        raise BadKeyError(f"bad dim name {name!r}: a dim name is lowercase letters a-z only")
+    if name in seen:
+        raise BadKeyError(f"duplicate dim name {name!r}")
+    # bool is an int, but True as a size is always a caller's mistake.
+    if isinstance(value, bool):
+        raise BadKeyError(f"dim {name!r} is a bool ({value!r}); a dim value is an int")
+    try:
+        # operator.index takes numpy integers (shapes often come from arrays) but refuses floats.
+        number = int(operator.index(value))  # type: ignore[arg-type]
+    except TypeError:
+        raise BadKeyError(
+            f"dim {name!r} is a {type(value).__name__} ({value!r}); a dim value is an int"
+        ) from None
+    if not 0 <= number <= MAX_DIM:
+        raise BadKeyError(f"dim {name!r} is {number}; a dim value is between 0 and {MAX_DIM}")
+    seen.add(name)
+    return name, number
+
+
+def make_key(
+    signature: str,
+    dims: Mapping[str, int] | Iterable[tuple[str, int]] | None = None,
+    /,
+    **kw: int,
+) -> Key:
+    """Build a validated Key from a signature and dims given in the op's order."""
+    _check_signature(signature)
+    pairs: list[tuple[object, object]] = []
+    if isinstance(dims, Mapping):
+        pairs.extend(dims.items())
+    elif isinstance(dims, (str, bytes)):
+        # A str is iterable, and "m288" would otherwise fail later with a baffling message.
+        raise BadKeyError(f"dims must be a mapping or (name, value) pairs, not {dims!r}")
+    elif dims is not None:
+        for item in dims:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise BadKeyError(f"dims must be (name, value) pairs, got {item!r}")
+            pairs.append(item)
+    pairs.extend(kw.items())
+    seen: set[str] = set()
+    checked = tuple(_check_dim(name, value, seen) for name, value in pairs)
+    key = Key(signature, checked)
+    # parse refuses over-long text, so make_key must too, or a key would not round-trip.
+    _check_length(len(format_key(key)), "the key text")
+    return key
+
+
+def format_key(key: Key) -> str:
+    """Return the canonical text form of a key built by make_key or parse."""
+    signature, dims = key
+    if not dims:
+        return signature
+    block = "_".join([f"{name}{value}" for name, value in dims])
+    tokens = signature.split("_")
+    at = _dims_index(tokens)
+    if at == len(tokens):
+        return f"{signature}_{block}"
+    return "_".join([*tokens[:at], block, *tokens[at:]])
+
+
+def parse(text: str) -> Key:
+    """Return the key whose canonical text is exactly text, or raise BadKeyError."""
+    if not isinstance(text, str):
+        raise BadKeyError(f"key text must be a str, not {type(text).__name__}")
+    # Checked first so that hostile input costs nothing more than len().
+    _check_length(len(text), "the key text")
+    what = "key text"
+    signature_tokens: list[str] = []
+    dims: list[tuple[str, int]] = []
+    placed: list[tuple[int, int, str]] = []  # (token index, position, token) of each dim token
+    seen: set[str] = set()
+    pos = 0
+    for index, token in enumerate(text.split("_")):
+        match = _DIM_LIKE.fullmatch(token) if index else None
+        if match is None:
+            _check_signature_token(token, index, pos, what)
+            signature_tokens.append(token)
+        else:
+            name, digits = match.groups()
+            if len(digits) > 1 and digits[0] == "0":
+                raise _error(
+                    what,
+                    pos,
+                    token,
+                    "a dim value has no leading zero; " + _uppercase_hint(token),
+                )
+            if name in seen:
+                raise _error(
+                    what,
+                    pos,
+                    token,
+                    f"dim name {name!r} appears twice; " + _uppercase_hint(token),
+                )
+            if len(digits) > _MAX_DIM_DIGITS or int(digits) > MAX_DIM:
+                raise _error(what, pos, token, f"a dim value is at most {MAX_DIM}")
+            seen.add(name)
+            dims.append((name, int(digits)))
+            placed.append((index, pos, token))
+        pos += len(token) + 1
+    if placed:
+        start = _dims_index(signature_tokens)
+        for offset, (index, at, token) in enumerate(placed):
+            if index != start + offset:
+                raise _error(
+                    what,
+                    at,
+                    token,
+                    "the dims must be one block just before the first lowercase flag token "
+                    "(or at the end if there is none); " + _uppercase_hint(token),
+                )
+    return Key("_".join(signature_tokens), tuple(dims))
+
+
+# Level names as in cubecl's autotune levels; "full" tunes every shape, which is exact keys.
+_LEVELS: dict[str, Fraction | None] = {
+    "exact": None,
+    "full": None,
+    "extensive": Fraction(3, 2),
+    "balanced": Fraction(2),
+    "minimal": Fraction(5, 2),
+}
+
+
+def _boundaries(base: Fraction) -> tuple[int, ...]:
+    """Return the bucket boundaries ceil(base**j) up to MAX_DIM, which closes the table."""
+    bounds: list[int] = []
+    num, den = base.numerator, base.denominator
+    power_num, power_den = 1, 1
+    while True:
+        # Integer ceiling division: floats would misplace boundaries above 2**53.
+        bound = -(-power_num // power_den)
+        if bound >= MAX_DIM:
+            break
+        if not bounds or bound > bounds[-1]:
+            bounds.append(bound)
+        power_num *= num
+        power_den *= den
+    # The next boundary would not fit a dim, so MAX_DIM itself is the top bucket; a bucketed key
+    # therefore stays a valid key.
+    bounds.append(MAX_DIM)
+    return tuple(bounds)
+
+
+# Built once at import: at most about 110 boundaries per base.
+_TABLES: dict[Fraction, tuple[int, ...]] = {
+    base: _boundaries(base) for base in _LEVELS.values() if base is not None
+}
+
+
+def _coerce_base(base: object) -> Fraction | None:
+    """Return base as one of the allowed Fractions (or None), or raise BadKeyError."""
+    if base is None:
+        return None
+    if isinstance(base, (int, float, Fraction, str)) and not isinstance(base, bool):
+        try:
+            value = Fraction(base)
+        except (ValueError, ZeroDivisionError, OverflowError):
+            value = None
+        if value in _TABLES:
+            return value
+    allowed = ", ".join(str(float(b)) for b in _TABLES)
+    raise BadKeyError(f"unsupported bucketing base {base!r}: use one of {allowed}, or None")
+
+
+@dataclass(frozen=True, slots=True)
+class Bucketing:
+    """How one op rounds its dims before lookup, so that near shapes share a decision."""
+
+    # A dataclass, not a NamedTuple: it is built once per op, and it carries a derived table.
+    base: Fraction | None = None
+    dims: frozenset[str] | None = None
+    _table: tuple[int, ...] | None = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Validate the settings and pick the precomputed boundary table."""
+        base = _coerce_base(self.base)
+        object.__setattr__(self, "base", base)
+        if self.dims is not None:
+            if isinstance(self.dims, str) or not isinstance(self.dims, Iterable):
+                raise BadKeyError(f"bucketing dims must be a set of dim names, not {self.dims!r}")
+            names = frozenset(self.dims)
+            for name in names:
+                if not isinstance(name, str) or not _DIM_NAME.fullmatch(name):
+                    raise BadKeyError(f"bad dim name {name!r} in bucketing dims")
+            object.__setattr__(self, "dims", names)
+        object.__setattr__(self, "_table", None if base is None else _TABLES[base])
+
+    @classmethod
+    def exact(cls) -> Bucketing:
+        """Return the default bucketing, which leaves every dim as it is."""
+        return cls()
+
+    @classmethod
+    def level(cls, level: str | float | Fraction, dims: Iterable[str] | None = None) -> Bucketing:
+        """Return the bucketing for a level name or base (1.5, 2 or 2.5), on dims or all."""
+        if isinstance(level, str) and level.strip().lower() in _LEVELS:
+            base = _LEVELS[level.strip().lower()]
+        else:
+            base = _coerce_base(level)
+        return cls(base, None if dims is None else frozenset(dims))
+
+    def bucket(self, n: int) -> int:
+        """Return the smallest bucket boundary >= n (n itself when exact or 0)."""
+        table = self._table
+        if table is None or n == 0:
+            return n
+        i = bisect_left(table, n)
+        if n < 0 or i == len(table):
+            raise BadKeyError(f"cannot bucket {n!r}: a dim value is between 0 and {MAX_DIM}")
+        return table[i]
+
+    def apply(self, key: Key) -> Key:
+        """Return key with its chosen dims rounded up to their buckets."""
+        table = self._table
+        if table is None or not key.dims:
+            return key
+        names = self.dims
+        top = len(table)
+        dims: list[tuple[str, int]] = []
+        # Inlined bucket(): the resolver calls this once per lookup.
+        for name, value in key.dims:
+            if names is None or name in names:
+                i = bisect_left(table, value)
+                if value < 0 or i == top:
+                    raise BadKeyError(
+                        f"cannot bucket dim {name!r}={value!r}: "
+                        f"a dim value is between 0 and {MAX_DIM}"
+                    )
+                if value:
+                    value = table[i]
+            dims.append((name, value))
+        return Key(key.signature, tuple(dims))
