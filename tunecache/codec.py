@@ -1,0 +1,454 @@
+"""The CBOR codec for timing records: encode them, and decode untrusted bytes within limits."""
+
+# Format versions of the timing record blob (the "v" key):
+#
+# - version 1 (tunecache 0.1): first format.
+#
+# A reader refuses any version newer than FORMAT_VERSION, and v1 has no unknown keys: a writer
+# that adds a field bumps the version, so an old reader says "newer tunecache" instead of silently
+# dropping what it does not understand.
+
+from __future__ import annotations
+
+import statistics
+import sys
+from array import array
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import cbor2
+
+from tunecache.errors import CodecError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "MAX_SIZE",
+    "CandidateTiming",
+    "Scalar",
+    "TimingRecord",
+    "decode",
+    "encode",
+]
+
+#: the newest format version this module writes and reads
+FORMAT_VERSION = 1
+#: default limit on the size of a blob to decode, in bytes
+MAX_SIZE = 16 * 1024 * 1024
+#: default limit on how deeply containers may nest (a valid v1 record nests 3 deep)
+MAX_DEPTH = 16
+#: default limit on the number of CBOR items (a valid v1 record uses ~11 per candidate)
+MAX_ITEMS = 100_000
+
+#: a settings or env value: CBOR scalars only, so a record stays flat and comparable
+Scalar = str | int | float | bool | None
+
+_PREFIX = "timing record: "
+_FLOAT_MAX = sys.float_info.max
+# CBOR major types 0 and 1 carry an integer in 64 bits; anything wider needs bignum tags,
+# which the decoder refuses, so the encoder must refuse it too.
+_INT_MIN = -(2**64)
+_INT_MAX = 2**64 - 1
+_TOP_KEYS = frozenset({"v", "c", "settings", "env"})
+_CANDIDATE_KEYS = frozenset({"n", "s", "l", "e", "p"})
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateTiming:
+    """One candidate's measurements: every raw sample, or the error it raised."""
+
+    name: str
+    #: seconds per call, one per sample, in the order they were taken
+    samples: tuple[float, ...] = ()
+    #: how many calls each sample averaged
+    inner_loops: int = 1
+    #: the error text if the candidate raised, else None
+    error: str | None = None
+    #: True if the bencher dropped it early
+    pruned: bool = False
+
+    def __post_init__(self) -> None:
+        # Accept any iterable (a list, a numpy array) but store a tuple, so equality and
+        # hashing do not depend on what the bencher happened to collect samples in.
+        if not isinstance(self.samples, tuple):
+            object.__setattr__(self, "samples", tuple(self.samples))
+
+    @property
+    def median(self) -> float | None:
+        """The median sample in seconds, or None without samples."""
+        return float(statistics.median(self.samples)) if self.samples else None
+
+    @property
+    def min(self) -> float | None:
+        """The fastest sample in seconds, or None without samples."""
+        return float(min(self.samples)) if self.samples else None
+
+    @property
+    def max(self) -> float | None:
+        """The slowest sample in seconds, or None without samples."""
+        return float(max(self.samples)) if self.samples else None
+
+
+@dataclass(frozen=True, slots=True)
+class TimingRecord:
+    """The evidence behind one entry: every candidate's timings, bench settings and environment."""
+
+    candidates: tuple[CandidateTiming, ...] = ()
+    settings: Mapping[str, Scalar] = field(default_factory=dict)
+    env: Mapping[str, Scalar] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Copy the mappings so a caller mutating its dict later cannot change a frozen record.
+        if not isinstance(self.candidates, tuple):
+            object.__setattr__(self, "candidates", tuple(self.candidates))
+        object.__setattr__(self, "settings", dict(self.settings))
+        object.__setattr__(self, "env", dict(self.env))
+
+    def best(self) -> CandidateTiming | None:
+        """The fastest candidate by median of those that ran, were not pruned and have samples."""
+        ran = [c for c in self.candidates if c.error is None and not c.pruned and c.samples]
+        # min() keeps the first of equal medians, i.e. the earlier one in candidate-set order.
+        return min(ran, key=lambda c: statistics.median(c.samples)) if ran else None
+
+    def candidate(self, name: str) -> CandidateTiming:
+        """The candidate called name; KeyError if the record has none."""
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def encode(record: TimingRecord) -> bytes:
+    """Validate a record and encode it as deterministic (canonical) CBOR."""
+    if not isinstance(record, TimingRecord):
+        raise CodecError(f"{_PREFIX}expected a TimingRecord, got {_kind(record)}")
+    names: set[str] = set()
+    wire_candidates = []
+    for i, c in enumerate(record.candidates):
+        if not isinstance(c, CandidateTiming):
+            raise CodecError(f"{_PREFIX}candidate {i} is {_kind(c)}, not a CandidateTiming")
+        where = _where(i, c.name)
+        _check_name(c.name, where, names)
+        _check_loops(c.inner_loops, where)
+        _check_error(c.error, where)
+        if not isinstance(c.pruned, bool):
+            raise CodecError(f"{where}pruned must be a bool, got {_kind(c.pruned)}")
+        samples = _pack(c.samples, where)
+        wire_candidates.append(
+            {"n": c.name, "s": samples, "l": c.inner_loops, "e": c.error, "p": c.pruned}
+        )
+    wire = {
+        "v": FORMAT_VERSION,
+        "c": wire_candidates,
+        "settings": _scalars(record.settings, "settings"),
+        "env": _scalars(record.env, "env"),
+    }
+    try:
+        data: bytes = cbor2.dumps(wire, canonical=True)
+    except Exception as e:  # what we pass is validated, so this is a bug, but keep the contract
+        raise CodecError(f"{_PREFIX}cannot encode: {_one_line(e)}") from e
+    # Never write what the default decoder would refuse to read back.
+    _check_size(len(data), MAX_SIZE)
+    _prescan(data, MAX_DEPTH, MAX_ITEMS)
+    return data
+
+
+def _pack(samples: Iterable[object], where: str) -> bytes:
+    """Check samples and pack them as little-endian float64 bytes."""
+    packed = array("d")
+    for j, x in enumerate(samples):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise CodecError(f"{where}sample {j} is {_kind(x)}, not a float")
+        try:
+            packed.append(x)
+        except OverflowError:
+            raise CodecError(f"{where}sample {j} does not fit a float64") from None
+    _check_samples(packed, where)
+    if sys.byteorder == "big":  # the wire is little-endian float64
+        packed.byteswap()
+    return packed.tobytes()
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+def decode(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_size: int = MAX_SIZE,
+    max_depth: int = MAX_DEPTH,
+    max_items: int = MAX_ITEMS,
+) -> TimingRecord:
+    """Decode a timing record from untrusted bytes, raising CodecError for anything else."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise CodecError(f"{_PREFIX}expected bytes, got {_kind(data)}")
+    if isinstance(data, memoryview):
+        _check_size(data.nbytes, max_size)
+        data = data.tobytes()
+    else:
+        _check_size(len(data), max_size)
+        data = bytes(data)
+    if not data:
+        raise CodecError(f"{_PREFIX}empty input")
+    # The pre-scan bounds what cbor2 will allocate before it allocates anything: cbor2 trusts
+    # declared lengths and follows tags, which is where memory and time bombs live.
+    _prescan(data, max_depth, max_items)
+    try:
+        obj = cbor2.loads(
+            data,
+            max_depth=max_depth,
+            allow_indefinite=False,
+            allow_duplicate_keys=False,
+            strict_hashable_types=True,
+        )
+    except Exception as e:  # whatever cbor2 raises, the bytes are not a record
+        raise CodecError(f"{_PREFIX}invalid CBOR: {_one_line(e)}") from e
+    return _from_wire(obj)
+
+
+def _check_size(size: int, max_size: int) -> None:
+    """Refuse a blob over the size limit before reading any of it."""
+    if size > max_size:
+        raise CodecError(f"{_PREFIX}{size} bytes exceed the limit of {max_size}")
+
+
+def _prescan(data: bytes, max_depth: int, max_items: int) -> None:
+    """Walk the CBOR item headers without building items, refusing anything unbounded or unused."""
+    n = len(data)
+    pos = 0
+    items = 0
+    # Items still expected by each open container, innermost last; iterative so depth
+    # never costs Python stack.
+    open_counts: list[int] = []
+    while True:
+        if pos >= n:
+            raise CodecError(f"{_PREFIX}truncated at byte {pos}")
+        start = pos
+        initial = data[pos]
+        pos += 1
+        major = initial >> 5
+        info = initial & 0x1F
+        if info < 24:
+            arg = info
+        elif info < 28:
+            width = 1 << (info - 24)
+            if width > n - pos:
+                raise CodecError(f"{_PREFIX}truncated at byte {start}")
+            arg = int.from_bytes(data[pos : pos + width], "big")
+            pos += width
+        elif info == 31:
+            # Indefinite lengths (and the break byte) let a container grow without a
+            # declared bound; canonical v1 records never use them.
+            raise CodecError(f"{_PREFIX}indefinite-length item at byte {start}")
+        else:
+            raise CodecError(f"{_PREFIX}reserved additional information {info} at byte {start}")
+        items += 1
+        if items > max_items:
+            raise CodecError(f"{_PREFIX}more than {max_items} items")
+        children = 0
+        left = n - pos
+        if major in (2, 3):  # byte and text strings: skip the payload
+            if arg > left:
+                raise _too_long(arg, start, left)
+            pos += arg
+        elif major in (4, 5):  # arrays and maps: every child takes at least one byte
+            children = arg if major == 4 else 2 * arg
+            if children > left:
+                raise _too_long(arg, start, left)
+        elif major == 6:
+            # v1 uses no tags; refusing them all shuts out shared references, tag chains,
+            # bignums and every semantic decoder cbor2 would otherwise run.
+            raise CodecError(f"{_PREFIX}tag {arg} at byte {start} is not allowed")
+        if children:
+            if len(open_counts) >= max_depth:
+                raise CodecError(f"{_PREFIX}nesting deeper than {max_depth} at byte {start}")
+            open_counts.append(children)
+            continue
+        # The item is complete: close every container it completes.
+        while open_counts:
+            open_counts[-1] -= 1
+            if open_counts[-1]:
+                break
+            open_counts.pop()
+        if not open_counts:
+            break
+    if pos != n:
+        raise CodecError(f"{_PREFIX}{n - pos} trailing byte(s) after the record at byte {pos}")
+
+
+def _too_long(length: int, start: int, left: int) -> CodecError:
+    """The error for a declared length that cannot fit in the bytes left."""
+    return CodecError(
+        f"{_PREFIX}declared length {length} at byte {start} exceeds the {left} bytes left"
+    )
+
+
+def _from_wire(obj: object) -> TimingRecord:
+    """Check decoded CBOR against the v1 schema and build the record."""
+    if not isinstance(obj, dict):
+        raise CodecError(f"{_PREFIX}top level is {_kind(obj)}, not a map")
+    # The version comes first so a newer record is reported as newer, not as malformed.
+    if "v" not in obj:
+        raise CodecError(f"{_PREFIX}no format version")
+    version = obj["v"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CodecError(f"{_PREFIX}invalid format version {_short(version)}")
+    if version > FORMAT_VERSION:
+        raise CodecError(
+            f"{_PREFIX}format version {version} is newer than this tunecache reads"
+            f" ({FORMAT_VERSION})"
+        )
+    _check_keys(obj, _TOP_KEYS, _PREFIX)
+    wire_candidates = obj["c"]
+    if not isinstance(wire_candidates, list):
+        raise CodecError(f"{_PREFIX}'c' is {_kind(wire_candidates)}, not an array")
+    names: set[str] = set()
+    candidates = []
+    for i, wc in enumerate(wire_candidates):
+        if not isinstance(wc, dict):
+            raise CodecError(f"{_PREFIX}candidate {i} is {_kind(wc)}, not a map")
+        where = _where(i, wc.get("n"))
+        _check_keys(wc, _CANDIDATE_KEYS, where)
+        name = _check_name(wc["n"], where, names)
+        loops, error, pruned = wc["l"], wc["e"], wc["p"]
+        _check_loops(loops, where)
+        _check_error(error, where)
+        if not isinstance(pruned, bool):
+            raise CodecError(f"{where}'p' is {_kind(pruned)}, not a bool")
+        samples = _unpack(wc["s"], where)
+        candidates.append(CandidateTiming(name, samples, loops, error, pruned))
+    return TimingRecord(
+        candidates=tuple(candidates),
+        settings=_scalars(obj["settings"], "settings"),
+        env=_scalars(obj["env"], "env"),
+    )
+
+
+def _unpack(raw: object, where: str) -> tuple[float, ...]:
+    """Check and unpack a little-endian float64 byte string into samples."""
+    if not isinstance(raw, bytes):
+        raise CodecError(f"{where}'s' is {_kind(raw)}, not a byte string")
+    if len(raw) % 8:
+        raise CodecError(f"{where}samples take {len(raw)} bytes, not a multiple of 8")
+    samples = array("d")
+    samples.frombytes(raw)
+    if sys.byteorder == "big":
+        samples.byteswap()
+    _check_samples(samples, where)
+    return tuple(samples)
+
+
+# --- shared checks ---------------------------------------------------------------------------
+
+
+def _check_samples(samples: array[float], where: str) -> None:
+    """Refuse samples that are not finite and >= 0."""
+    for j, x in enumerate(samples):
+        # One chained comparison rejects NaN (it compares false), infinities and negatives.
+        if not 0.0 <= x <= _FLOAT_MAX:
+            raise CodecError(f"{where}sample {j} is {x!r}; samples must be finite and >= 0")
+
+
+def _check_name(name: object, where: str, seen: set[str]) -> str:
+    """Refuse a candidate name that is not a non-empty str or repeats an earlier one."""
+    if not isinstance(name, str):
+        raise CodecError(f"{where}name is {_kind(name)}, not a str")
+    if not name:
+        raise CodecError(f"{where}name is empty")
+    _check_text(name, where)
+    if name in seen:
+        raise CodecError(f"{where}duplicate candidate name")
+    seen.add(name)
+    return name
+
+
+def _check_loops(loops: object, where: str) -> None:
+    """Refuse an inner_loops that is not an int in [1, 2**64)."""
+    if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= _INT_MAX:
+        raise CodecError(f"{where}inner_loops must be an int in [1, 2**64), got {_short(loops)}")
+
+
+def _check_error(error: object, where: str) -> None:
+    """Refuse an error that is neither None nor text."""
+    if error is not None:
+        if not isinstance(error, str):
+            raise CodecError(f"{where}error must be a str or None, got {_kind(error)}")
+        _check_text(error, where)
+
+
+def _check_text(text: str, where: str) -> None:
+    """Refuse text with lone surrogates: they have no UTF-8 form, so CBOR cannot carry them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CodecError(f"{where}text {_short(text)} is not valid Unicode") from None
+
+
+def _scalars(mapping: object, what: str) -> dict[str, Scalar]:
+    """Check a settings or env mapping and return it as a plain dict."""
+    if not isinstance(mapping, Mapping):
+        raise CodecError(f"{_PREFIX}{what} is {_kind(mapping)}, not a map")
+    out: dict[str, Scalar] = {}
+    for key, value in mapping.items():
+        if not isinstance(key, str):
+            raise CodecError(f"{_PREFIX}{what} key is {_kind(key)}, not a str")
+        _check_text(key, f"{_PREFIX}{what} ")
+        where = f"{_PREFIX}{what}[{_short(key)}]: "
+        if value is None or isinstance(value, bool):
+            pass
+        elif isinstance(value, int):
+            if not _INT_MIN <= value <= _INT_MAX:
+                raise CodecError(f"{where}int of {value.bit_length()} bits does not fit CBOR's 64")
+        elif isinstance(value, float):
+            # Non-finite values break record equality (NaN != NaN); None says "no limit".
+            if not -_FLOAT_MAX <= value <= _FLOAT_MAX:
+                raise CodecError(f"{where}float {value!r} is not finite")
+        elif isinstance(value, str):
+            _check_text(value, where)
+        else:
+            raise CodecError(f"{where}value is {_kind(value)}, not str, int, float, bool or None")
+        out[key] = value
+    return out
+
+
+def _check_keys(obj: dict[object, object], expected: frozenset[str], where: str) -> None:
+    """Refuse a map that lacks a key of its schema or has one outside it."""
+    missing = expected.difference(obj)
+    if missing:
+        raise CodecError(f"{where}missing key {sorted(missing)[0]!r}")
+    unknown = [k for k in obj if k not in expected]
+    if unknown:
+        raise CodecError(f"{where}unknown key {_short(unknown[0])}")
+
+
+def _where(index: int, name: object) -> str:
+    """The message prefix that names a candidate."""
+    if isinstance(name, str):
+        return f"{_PREFIX}candidate {index} ({_short(name)}): "
+    return f"{_PREFIX}candidate {index}: "
+
+
+def _kind(obj: object) -> str:
+    """An object's type for a message, with its article: "an int"."""
+    name = type(obj).__name__
+    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def _short(obj: object) -> str:
+    """A bounded repr for a message."""
+    # Hostile records can hold megabyte strings: cut before repr, not after.
+    if isinstance(obj, str):
+        return repr(obj[:40]) + ("..." if len(obj) > 40 else "")
+    if isinstance(obj, (int, float, bool)) or obj is None:
+        return repr(obj)
+    return f"<{type(obj).__name__}>"
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception's text squeezed onto one bounded line."""
+    text = " ".join(str(e).split())
+    return text[:200] or type(e).__name__
