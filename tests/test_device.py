@@ -1,0 +1,137 @@
+"""Device identity: detection, checked fields, and refusal of other devices' data."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tunecache._version import __version__
+from tunecache.device import (
+    CHECKED_FIELDS,
+    Device,
+    _from_proc_cpuinfo,
+    cpu_model,
+    detect,
+    slugify,
+    usable_cpus,
+)
+from tunecache.errors import DeviceMismatchError, TunecacheError
+
+X86_CPUINFO = """\
+processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8488C CPU @ 2.40GHz
+flags\t\t: fpu vme
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8488C CPU @ 2.40GHz
+"""
+
+ARM_CPUINFO = """\
+processor\t: 0
+BogoMIPS\t: 243.75
+CPU implementer\t: 0x41
+CPU part\t: 0xd0c
+"""
+
+
+@pytest.mark.parametrize(
+    ("raw", "slug"),
+    [
+        ("Intel(R) Xeon(R) Platinum 8488C CPU @ 2.40GHz", "intel-xeon-platinum-8488c"),
+        ("AMD EPYC 7763 64-Core Processor", "amd-epyc-7763-64-core"),
+        ("Apple M4 Max", "apple-m4-max"),
+        ("NVIDIA H200", "nvidia-h200"),
+        ("   ", "unknown"),
+        ("../../etc/passwd", "etc-passwd"),
+    ],
+)
+def test_slugify_makes_one_safe_name_per_chip(raw: str, slug: str) -> None:
+    assert slugify(raw) == slug
+
+
+def test_slugs_are_short_and_safe_for_any_input() -> None:
+    slug = slugify("x" * 500 + '/\\:*?"<>|\0')
+    assert len(slug) <= 64
+    assert set(slug) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def test_cpu_model_comes_from_proc_cpuinfo_with_an_arm_fallback() -> None:
+    assert _from_proc_cpuinfo(X86_CPUINFO) == "Intel(R) Xeon(R) Platinum 8488C CPU @ 2.40GHz"
+    arm = _from_proc_cpuinfo(ARM_CPUINFO)
+    assert arm is not None and arm.endswith("0x41-0xd0c")
+    assert _from_proc_cpuinfo("") is None
+    assert cpu_model()  # whatever this machine is, it has a non-empty name
+
+
+def test_detect_fills_every_checked_field() -> None:
+    device = detect()
+    assert device.threads == usable_cpus()
+    assert device.client == "tunecache"
+    assert device.client_version == __version__
+    assert device.accelerator is None
+    assert device.cpu == slugify(cpu_model())
+    assert device.dirname == f"{device.cpu}-t{device.threads}"
+
+    gpu = detect(client="myruntime", client_version="1.2.3", threads=8, accelerator="NVIDIA H200")
+    assert (gpu.threads, gpu.accelerator, gpu.client, gpu.client_version) == (
+        8,
+        "nvidia-h200",
+        "myruntime",
+        "1.2.3",
+    )
+
+
+def test_another_client_must_say_its_version() -> None:
+    with pytest.raises(TunecacheError, match="client_version"):
+        detect(client="myruntime")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"cpu": "Intel Xeon"},
+        {"cpu": ""},
+        {"threads": 0},
+        {"threads": True},
+        {"threads": 2.0},
+        {"accelerator": "NVIDIA H200"},
+        {"client": "my runtime"},
+        {"client": "../x"},
+        {"client_version": "1.0/2"},
+        {"client_version": ""},
+    ],
+)
+def test_bad_fields_are_refused(device: Device, change: dict[str, object]) -> None:
+    with pytest.raises(TunecacheError):
+        dataclasses.replace(device, **change)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("cpu", "other-cpu"),
+        ("threads", 8),
+        ("accelerator", "nvidia-h200"),
+        ("client", "myruntime"),
+        ("client_version", "0.2.0"),
+    ],
+)
+def test_every_checked_field_makes_another_device(
+    device: Device, field: str, value: object
+) -> None:
+    assert field in CHECKED_FIELDS
+    other = dataclasses.replace(device, **{field: value})  # type: ignore[arg-type]
+    assert other.fingerprint != device.fingerprint
+    assert device.differences(other) == [field]
+    with pytest.raises(DeviceMismatchError, match=field):
+        device.require_same(other, "an imported cache")
+    device.require_same(dataclasses.replace(device))  # the same identity passes
+
+
+def test_checked_fields_are_every_field(device: Device) -> None:
+    # A field added to Device but not to CHECKED_FIELDS would be silently ignored when
+    # comparing devices: the two lists must stay one.
+    assert tuple(f.name for f in dataclasses.fields(device)) == CHECKED_FIELDS
+    assert set(device.as_dict()) == set(CHECKED_FIELDS)

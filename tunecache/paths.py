@@ -1,0 +1,56 @@
+"""Where a device's cache lives: `<root>/tune/<version>/<cpu>-t<threads>/cache.db`.
+
+`<root>` is platformdirs' user cache folder of the client application, unless the `TUNECACHE_DIR`
+environment variable or an explicit argument names another. `<version>` is the client library's
+version, so an upgrade starts a fresh cache and the old one can be pruned whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tunecache.device import Device
+
+__all__ = [
+    "DATABASE_NAME",
+    "ENV_VAR",
+    "cache_root",
+    "database_path",
+    "device_dir",
+    "version_dir",
+]
+
+#: environment variable that overrides the cache root for every client
+ENV_VAR = "TUNECACHE_DIR"
+#: file name of a device's SQLite database inside its folder
+DATABASE_NAME = "cache.db"
+
+
+def cache_root(client: str = "tunecache", root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder that holds every cache of `client`: the argument, else $TUNECACHE_DIR, else
+    the user cache folder."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    # Imported here: platformdirs is only needed when no explicit root is given.
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(client, appauthor=False))
+
+
+def version_dir(device: Device, root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of every device's cache for the client version of `device`."""
+    return cache_root(device.client, root) / "tune" / device.client_version
+
+
+def device_dir(device: Device, root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder that holds `device`'s database and its WAL files."""
+    return version_dir(device, root) / device.dirname
+
+
+def database_path(device: Device, root: str | os.PathLike[str] | None = None) -> Path:
+    """The SQLite database file of `device`."""
+    return device_dir(device, root) / DATABASE_NAME
