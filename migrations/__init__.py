@@ -1,0 +1,1 @@
+"""Alembic migration scripts of the cache database (installed as tunecache._migrations)."""

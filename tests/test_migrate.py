@@ -1,0 +1,263 @@
+"""Schema creation, upgrades under concurrency, and refusal of newer schemas."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import shutil
+import sqlite3
+import warnings
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.script import ScriptDirectory
+
+from tunecache.cache import Cache
+from tunecache.device import Device
+from tunecache.errors import ReadOnlyStoreError, StoreError, TunecacheWarning
+from tunecache.store import migrate
+from tunecache.store.engine import make_engine
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def _schema(path: Path) -> dict[str, object]:
+    """Everything about a database's schema that code can depend on, normalised."""
+    with sqlite3.connect(path) as conn:
+        out: dict[str, object] = {}
+        names = conn.execute(
+            "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall()
+        out["objects"] = names
+        for kind, name in names:
+            if kind == "table":
+                out[f"{name}.columns"] = conn.execute(f"PRAGMA table_info('{name}')").fetchall()
+                # Drop the constraint's ordinal: it follows declaration order, not meaning.
+                out[f"{name}.fks"] = sorted(
+                    row[2:] for row in conn.execute(f"PRAGMA foreign_key_list('{name}')")
+                )
+                out[f"{name}.indexes"] = sorted(
+                    (row[1], row[2]) for row in conn.execute(f"PRAGMA index_list('{name}')")
+                )
+        out["decisions.columns"] = [
+            row[1] for row in conn.execute("PRAGMA table_info('decisions')")
+        ]
+        return out
+
+
+def _outcome_of_open(db: str, device: Device, barrier: object, queue: object) -> None:
+    try:
+        barrier.wait(60)  # type: ignore[attr-defined]
+        with Cache.open(device=device, path=db) as cache:
+            queue.put(cache.outcome.value if cache.outcome else None)  # type: ignore[attr-defined]
+    except BaseException as error:
+        queue.put(repr(error))  # type: ignore[attr-defined]
+
+
+def _open_all_at_once(db: Path, device: Device, n: int) -> list[object]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(n)
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_outcome_of_open, args=(str(db), device, barrier, queue))
+        for _ in range(n)
+    ]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return sorted(results, key=str)
+
+
+def test_head_constant_matches_the_scripts() -> None:
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    assert script.get_current_head() == migrate.HEAD
+    # One straight line of history: a branch would leave some databases unupgradable.
+    assert len(script.get_heads()) == 1
+
+
+def test_models_and_migrations_agree(tmp_path: Path) -> None:
+    # Replay the whole history on an empty file, then let alembic compare it with the models.
+    db = tmp_path / "replayed.db"
+    engine = make_engine(db)
+    with engine.begin() as conn:
+        command.upgrade(migrate.alembic_config(conn), "head")
+    with engine.begin() as conn:
+        command.check(migrate.alembic_config(conn))  # raises if autogenerate finds a change
+    engine.dispose()
+    # create_all + stamp (how a new cache is made) and the replayed history give one schema,
+    # views included, which alembic's check does not look at.
+    fresh = tmp_path / "fresh.db"
+    engine = make_engine(fresh)
+    assert migrate.ensure_schema(engine, fresh) is migrate.Outcome.CREATED
+    engine.dispose()
+    assert _schema(fresh) == _schema(db)
+
+
+def test_a_new_database_is_created_and_stamped(device: Device, tmp_path: Path) -> None:
+    with Cache.open(device=device, root=tmp_path) as cache:
+        assert cache.outcome is migrate.Outcome.CREATED
+        assert cache.revision() == migrate.HEAD
+    with Cache.open(device=device, root=tmp_path) as cache:
+        assert cache.outcome is migrate.Outcome.CURRENT
+
+
+def test_golden_database_of_the_first_revision_upgrades_with_its_content(
+    device: Device, tmp_path: Path
+) -> None:
+    db = tmp_path / "old.db"
+    shutil.copy(GOLDEN / "rev0001.db", db)
+    with sqlite3.connect(db) as conn:
+        before = {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+            for table in ("devices", "keys", "entries", "models", "validations", "runs")
+        }
+    with Cache.open(device=device, path=db) as cache:
+        assert cache.outcome is migrate.Outcome.UPGRADED
+        assert cache.revision() == migrate.HEAD
+    with sqlite3.connect(db) as conn:
+        for table, rows in before.items():
+            assert conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() == rows
+        decisions = conn.execute(
+            "SELECT key, choice, status, validated_by, masked_by, threads FROM decisions "
+            "ORDER BY entry_id"
+        ).fetchall()
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert decisions == [
+        (
+            "einsum_nk,km->mn_F32_F32_F32_b1_m288_k96_n64_aconst_nstrided",
+            "mmm_8x8",
+            "accepted",
+            "llama",
+            "enhancer",
+            4,
+        ),
+        (
+            "einsum_nk,km->mn_F32_F32_F32_b1_m512_k96_n64_aconst_nstrided",
+            "mmm_4x4",
+            "rejected",
+            None,
+            None,
+            4,
+        ),
+        (
+            "einsum_nk,km->mn_F32_F32_F32_b1_m288_k96_n64_aconst_nstrided",
+            "mmm_4x4",
+            "unvalidated",
+            None,
+            None,
+            1,
+        ),
+    ]
+    # The upgraded file takes new writes beside the old rows.
+    with Cache.open(device=device, path=db) as cache:
+        cache.put("conv_F32_h8", choice="a", candidates=["a", "b"])
+        assert cache.count() == 1
+
+
+def test_a_newer_unknown_revision_is_opened_read_only_and_never_written(
+    device: Device, tmp_path: Path
+) -> None:
+    db = tmp_path / "future.db"
+    with Cache.open(device=device, path=db) as cache:
+        cache.put("conv_F32_h8", choice="a", candidates=["a", "b"])
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'fff9_from_the_future'")
+        conn.commit()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+
+    with pytest.warns(TunecacheWarning, match="newer than this tunecache knows"):
+        cache = Cache.open(device=device, path=db)
+    with cache:
+        assert cache.readonly
+        assert cache.get("conv_F32_h8", candidates=["a", "b"]).choice == "a"  # type: ignore[union-attr]
+        with pytest.raises(ReadOnlyStoreError, match="read-only"):
+            cache.put("conv_F32_h16", choice="a", candidates=["a", "b"])
+        with pytest.raises(ReadOnlyStoreError):
+            cache.validate(1, model="m", fingerprint="f", verdict="masked")
+        # Even a write slipped past the API is refused by SQLite itself.
+        with (
+            pytest.raises(Exception, match=r"readonly|read-only|query_only"),
+            cache._engine.begin() as conn,
+        ):
+            conn.exec_driver_sql("DELETE FROM entries")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            ("fff9_from_the_future",)
+        ]
+
+
+def test_a_database_of_another_program_is_refused_untouched(device: Device, tmp_path: Path) -> None:
+    db = tmp_path / "theirs.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        conn.execute("INSERT INTO invoices VALUES (1, 9.5)")
+    with pytest.raises(StoreError, match="not a tunecache cache"):
+        Cache.open(device=device, path=db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("invoices",)]
+
+
+def test_a_file_that_is_not_sqlite_is_a_one_line_store_error(
+    device: Device, tmp_path: Path
+) -> None:
+    db = tmp_path / "garbage.db"
+    db.write_bytes(b"this is not a database, just some text that is long enough" * 100)
+    with pytest.raises(StoreError) as info:
+        Cache.open(device=device, path=db)
+    assert "\n" not in str(info.value)
+
+
+def test_two_processes_opening_a_fresh_cache_at_once_make_one_schema(
+    device: Device, tmp_path: Path
+) -> None:
+    db = tmp_path / "fresh.db"
+    assert _open_all_at_once(db, device, 2) == ["created", "current"]
+    assert _schema(db)["objects"] == _schema_of_new(device, tmp_path)["objects"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM alembic_version").fetchall() == [(1,)]
+
+
+def _schema_of_new(device: Device, tmp_path: Path) -> dict[str, object]:
+    db = tmp_path / "reference.db"
+    Cache.open(device=device, path=db).close()
+    return _schema(db)
+
+
+@pytest.mark.slow
+def test_eight_processes_opening_an_old_database_at_once_migrate_it_once(
+    device: Device, tmp_path: Path
+) -> None:
+    db = tmp_path / "old.db"
+    shutil.copy(GOLDEN / "rev0001.db", db)
+    results = _open_all_at_once(db, device, 8)
+    assert results.count("upgraded") == 1, results
+    assert results.count("current") == 7, results
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (migrate.HEAD,)
+        ]
+        assert conn.execute("SELECT count(*) FROM entries").fetchall() == [(3,)]
+
+
+def test_migration_scripts_are_found_and_alembic_never_configures_logging(
+    monkeypatch: pytest.MonkeyPatch, device: Device, tmp_path: Path
+) -> None:
+    import logging.config
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("fileConfig would overwrite the host program's logging")
+
+    monkeypatch.setattr(logging.config, "fileConfig", refuse)
+    assert (Path(migrate.script_location()) / "env.py").is_file()
+    db = tmp_path / "old.db"
+    shutil.copy(GOLDEN / "rev0001.db", db)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Cache.open(device=device, path=db) as cache:
+            assert cache.outcome is migrate.Outcome.UPGRADED

@@ -1,0 +1,142 @@
+"""The one engine factory for cache databases: pragmas, BEGIN IMMEDIATE, bounded waits, forks.
+
+Every connection gets WAL, synchronous=NORMAL, foreign_keys=ON and a busy timeout. pysqlite's own
+deferred BEGIN is turned off and SQLAlchemy's `begin` event issues `BEGIN IMMEDIATE` instead, as
+SQLAlchemy's pysqlite documentation describes: a deferred transaction that reads and then writes
+has to upgrade its lock, and under concurrency that upgrade fails with SQLITE_BUSY or, worse,
+loses the write. Reads ask for a deferred `BEGIN` explicitly through `read_connection`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy.engine import URL
+
+from tunecache.errors import StoreBusyError, StoreError
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "busy_errors",
+    "is_busy",
+    "make_engine",
+    "read_connection",
+]
+
+#: seconds a writer waits for the lock before StoreBusyError
+DEFAULT_BUSY_TIMEOUT = 30.0
+
+_READ_OPTION = "tunecache_read"
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _forget_parent_connections() -> None:
+    # A forked child must never touch its parent's SQLite connections: two processes sharing one
+    # file descriptor and lock state corrupt the database. close=False leaves them to the parent.
+    for engine in list(_engines):
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_connections)
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether a driver error means another connection holds the lock."""
+    orig = getattr(error, "orig", error)
+    if isinstance(orig, sqlite3.OperationalError):
+        name = getattr(orig, "sqlite_errorname", "") or ""
+        text = str(orig).lower()
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or (
+            "database is locked" in text or "database is busy" in text
+        )
+    return False
+
+
+@contextlib.contextmanager
+def busy_errors(path: Path, timeout: float) -> Iterator[None]:
+    """Turn a lock wait that ran out into StoreBusyError, and other driver errors into
+    StoreError, each one line."""
+    try:
+        yield
+    except exc.DBAPIError as error:
+        if is_busy(error):
+            raise StoreBusyError(
+                f"cache database {path} stayed locked by another writer for {timeout:g} s"
+            ) from error
+        orig = getattr(error, "orig", error)
+        raise StoreError(f"cache database {path}: {orig}") from error
+    except sqlite3.OperationalError as error:
+        if is_busy(error):
+            raise StoreBusyError(
+                f"cache database {path} stayed locked by another writer for {timeout:g} s"
+            ) from error
+        raise StoreError(f"cache database {path}: {error}") from error
+
+
+def make_engine(
+    path: str | os.PathLike[str],
+    *,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    query_only: bool = False,
+) -> Engine:
+    """An engine for the SQLite database at `path`, set up as every tunecache store must be.
+
+    `query_only` makes SQLite itself refuse writes, for a database this tunecache must not
+    change (a newer schema, a read-only file).
+    """
+    path = Path(path)
+    engine = create_engine(URL.create("sqlite", database=str(path)))
+    timeout_ms = max(0, int(busy_timeout * 1000))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        record.info["pid"] = os.getpid()
+        # Take BEGIN away from the driver; the "begin" listener below issues it.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # busy_timeout first: switching to WAL needs a lock another opener may hold.
+            cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if query_only:
+                cursor.execute("PRAGMA query_only = ON")
+            else:
+                mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"cache database {path} cannot use WAL (journal mode {mode})")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        # Belt and braces to register_at_fork: a connection made in another process is dropped.
+        if record.info.get("pid") != os.getpid():
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise exc.DisconnectionError("connection made in another process")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(_READ_OPTION):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    _engines.add(engine)
+    return engine
+
+
+@contextlib.contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection whose transactions begin deferred: a consistent snapshot, no write lock."""
+    with engine.connect() as conn:
+        conn.execution_options(**{_READ_OPTION: True})
+        yield conn

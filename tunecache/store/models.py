@@ -1,0 +1,290 @@
+"""The tables of a cache database, as SQLAlchemy 2.x typed models.
+
+Plain columns hold everything a person queries with the sqlite3 shell; CBOR (see
+`tunecache.codec`) holds only the raw samples of a timing record. The `decisions` view is the
+read contract for people: it is created with the tables and kept compatible by the migrations.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    DDL,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    event,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "ENTRY_STATUSES",
+    "RUN_STATUSES",
+    "VERDICTS",
+    "Base",
+    "Candidate",
+    "CandidateSet",
+    "CandidateTimingRow",
+    "DECISIONS_VIEW",
+    "DeviceRow",
+    "EntryRow",
+    "KeyRow",
+    "ModelRow",
+    "RunRow",
+    "TimingRecordRow",
+    "ValidationRow",
+    "utcnow",
+]
+
+#: unvalidated: measured, not yet confirmed by a whole model; accepted: kept by whole-model
+#: acceptance; rejected: measured and not kept (recorded so it is not re-tuned for nothing)
+ENTRY_STATUSES = ("unvalidated", "accepted", "rejected")
+VERDICTS = ("validated", "masked")
+RUN_STATUSES = ("running", "finished", "interrupted", "failed")
+
+# Explicit constraint names let Alembic's batch mode rebuild SQLite tables without guessing.
+_NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """The current time in UTC, as every timestamp in the store is kept."""
+    return datetime.now(UTC)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return "{} IN ({})".format(column, ", ".join(f"'{v}'" for v in values))
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the store's constraint naming convention."""
+
+    metadata = MetaData(naming_convention=_NAMING)
+
+
+class DeviceRow(Base):
+    """A device identity that owns entries; every checked field is a column."""
+
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    cpu: Mapped[str] = mapped_column(Text)
+    threads: Mapped[int] = mapped_column(Integer)
+    accelerator: Mapped[str | None] = mapped_column(Text)
+    client: Mapped[str] = mapped_column(Text)
+    client_version: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CandidateSet(Base):
+    """The ordered list of legal candidates of a signature, named by its checksum."""
+
+    __tablename__ = "candidate_sets"
+    __table_args__ = (UniqueConstraint("signature", "checksum"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    signature: Mapped[str] = mapped_column(Text)
+    checksum: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Candidate(Base):
+    """One candidate's name at its position in a candidate set."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("set_id", "name"),)
+
+    set_id: Mapped[int] = mapped_column(
+        ForeignKey("candidate_sets.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+
+
+class KeyRow(Base):
+    """An op key: its canonical text, its signature and its dims."""
+
+    __tablename__ = "keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    text: Mapped[str] = mapped_column(Text, unique=True)
+    signature: Mapped[str] = mapped_column(Text, index=True)
+    #: the dims as `b=1 m=288 k=96 n=64`, in the key's own order
+    dims: Mapped[str] = mapped_column(Text)
+
+
+class RunRow(Base):
+    """A log line for one tuning, validation or import session."""
+
+    __tablename__ = "runs"
+    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, default="running")
+    device_id: Mapped[int | None] = mapped_column(ForeignKey("devices.id", ondelete="SET NULL"))
+    tool_version: Mapped[str] = mapped_column(Text)
+    hostname: Mapped[str] = mapped_column(Text)
+    platform: Mapped[str] = mapped_column(Text)
+    python_version: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    notes: Mapped[str | None] = mapped_column(Text)
+
+
+class EntryRow(Base):
+    """One decision: for a device, key and candidate set, the chosen candidate."""
+
+    __tablename__ = "entries"
+    __table_args__ = (
+        UniqueConstraint("device_id", "key_id", "candidate_set_id"),
+        CheckConstraint(_in("status", ENTRY_STATUSES), name="status"),
+        Index(None, "key_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    key_id: Mapped[int] = mapped_column(ForeignKey("keys.id", ondelete="CASCADE"))
+    candidate_set_id: Mapped[int] = mapped_column(
+        ForeignKey("candidate_sets.id", ondelete="CASCADE")
+    )
+    choice: Mapped[str] = mapped_column(Text)
+    heuristic: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, default="unvalidated")
+    #: heuristic time over chosen time from the evidence that kept the entry (> 1 is faster)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TimingRecordRow(Base):
+    """The evidence behind an entry: summary columns and the CBOR of every raw sample."""
+
+    __tablename__ = "timing_records"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), unique=True)
+    format_version: Mapped[int] = mapped_column(Integer)
+    best: Mapped[str | None] = mapped_column(Text)
+    best_median_s: Mapped[float | None] = mapped_column(Float)
+    heuristic_median_s: Mapped[float | None] = mapped_column(Float)
+    candidates_count: Mapped[int] = mapped_column(Integer)
+    samples_count: Mapped[int] = mapped_column(Integer)
+    failures_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class CandidateTimingRow(Base):
+    """One candidate's summary within a timing record, for SQL without decoding CBOR."""
+
+    __tablename__ = "candidate_timings"
+
+    record_id: Mapped[int] = mapped_column(
+        ForeignKey("timing_records.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    median_s: Mapped[float | None] = mapped_column(Float)
+    min_s: Mapped[float | None] = mapped_column(Float)
+    max_s: Mapped[float | None] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    inner_loops: Mapped[int] = mapped_column(Integer)
+    pruned: Mapped[bool] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class ModelRow(Base):
+    """A whole workload that uses many keys, by name and fingerprint."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("name", "fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ValidationRow(Base):
+    """A model's verdict on an entry, from paired whole-model runs."""
+
+    __tablename__ = "validations"
+    __table_args__ = (
+        UniqueConstraint("model_id", "entry_id"),
+        CheckConstraint(_in("verdict", VERDICTS), name="verdict"),
+        Index(None, "entry_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
+    verdict: Mapped[str] = mapped_column(Text)
+    #: paired whole-model gain, heuristic-table time over with-entry time (> 1 is faster)
+    gain: Mapped[float | None] = mapped_column(Float)
+    rounds: Mapped[int] = mapped_column(Integer, default=0)
+    confirmations: Mapped[int] = mapped_column(Integer, default=0)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+#: One row per decision, readable with the sqlite3 shell and no tunecache installed. Migrations
+#: that change the tables keep these columns and their meaning.
+DECISIONS_VIEW = """
+CREATE VIEW decisions AS
+SELECT
+    e.id AS entry_id,
+    k.text AS key,
+    k.signature AS signature,
+    k.dims AS dims,
+    e.choice AS choice,
+    e.heuristic AS heuristic,
+    e.speedup AS speedup,
+    e.status AS status,
+    (SELECT group_concat(name, ',') FROM (
+        SELECT m.name AS name FROM validations v JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'validated' ORDER BY m.name)) AS validated_by,
+    (SELECT group_concat(name, ',') FROM (
+        SELECT m.name AS name FROM validations v JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'masked' ORDER BY m.name)) AS masked_by,
+    d.cpu AS cpu,
+    d.threads AS threads,
+    d.accelerator AS accelerator,
+    d.client AS client,
+    d.client_version AS client_version,
+    cs.checksum AS candidate_set,
+    e.created_at AS created_at,
+    e.updated_at AS updated_at
+FROM entries e
+JOIN keys k ON k.id = e.key_id
+JOIN devices d ON d.id = e.device_id
+JOIN candidate_sets cs ON cs.id = e.candidate_set_id
+"""
+
+# create_all makes a new database in one step; the view must come with the tables.
+# (DDL's constructor carries no annotations in SQLAlchemy 2.x, hence the ignores.)
+event.listen(Base.metadata, "after_create", DDL(DECISIONS_VIEW))  # type: ignore[no-untyped-call]
+event.listen(
+    Base.metadata,
+    "before_drop",
+    DDL("DROP VIEW IF EXISTS decisions"),  # type: ignore[no-untyped-call]
+)
