@@ -1,0 +1,610 @@
+"""A device's cache: open it, write an entry with its evidence, read it back.
+
+This is the storage-facing API that tuning, validation and maintenance build on. The hot path
+(the resolver) does not go through it: it reads the database with the stdlib sqlite3 module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import socket
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import Connection, Engine, Table, delete, func, insert, select, update
+
+from tunecache import codec, paths
+from tunecache._version import __version__
+from tunecache.candidates import candidate_names, checksum
+from tunecache.device import Device, detect
+from tunecache.errors import (
+    BadRecordError,
+    ReadOnlyStoreError,
+    SchemaTooNewError,
+    StoreError,
+    TunecacheWarning,
+)
+from tunecache.keys import Key, parse
+from tunecache.store import migrate
+from tunecache.store.engine import (
+    DEFAULT_BUSY_TIMEOUT,
+    busy_errors,
+    make_engine,
+    read_connection,
+)
+from tunecache.store.models import (
+    ENTRY_STATUSES,
+    VERDICTS,
+    Candidate,
+    CandidateSet,
+    CandidateTimingRow,
+    DeviceRow,
+    EntryRow,
+    KeyRow,
+    ModelRow,
+    RunRow,
+    TimingRecordRow,
+    ValidationRow,
+    utcnow,
+)
+
+__all__ = ["Cache", "Entry", "open_cache"]
+
+_E = cast(Table, EntryRow.__table__)
+_K = cast(Table, KeyRow.__table__)
+_S = cast(Table, CandidateSet.__table__)
+_C = cast(Table, Candidate.__table__)
+_D = cast(Table, DeviceRow.__table__)
+_T = cast(Table, TimingRecordRow.__table__)
+_CT = cast(Table, CandidateTimingRow.__table__)
+_M = cast(Table, ModelRow.__table__)
+_V = cast(Table, ValidationRow.__table__)
+_R = cast(Table, RunRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored decision, as read back from the cache."""
+
+    id: int
+    key: Key
+    choice: str
+    heuristic: str | None
+    status: str
+    speedup: float | None
+    candidates: tuple[str, ...]
+    checksum: str
+    created_at: datetime
+    updated_at: datetime
+
+
+def _dims_text(key: Key) -> str:
+    return " ".join(f"{name}={value}" for name, value in key.dims)
+
+
+def _as_key(key: Key | str) -> Key:
+    if isinstance(key, str):
+        return parse(key)
+    if isinstance(key, Key):
+        # Round-trip through the text form: it validates a Key built by the raw constructor.
+        return parse(key.text)
+    raise BadRecordError(f"a key must be a Key or its text, got {type(key).__name__}")
+
+
+class Cache:
+    """An open cache database for one device identity."""
+
+    def __init__(
+        self,
+        path: Path,
+        device: Device,
+        engine: Engine,
+        *,
+        busy_timeout: float,
+        outcome: migrate.Outcome | None,
+        readonly_reason: str | None,
+    ) -> None:
+        self.path = path
+        self.device = device
+        self.busy_timeout = busy_timeout
+        #: what opening did to the schema (None for a database opened read-only)
+        self.outcome = outcome
+        #: why this cache refuses writes, or None when it accepts them
+        self.readonly_reason = readonly_reason
+        self._engine = engine
+        self._device_id: int | None = None
+
+    # -- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        client: str = "tunecache",
+        client_version: str | None = None,
+        threads: int | None = None,
+        accelerator: str | None = None,
+        root: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = None,
+        device: Device | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> Cache:
+        """Open (creating or upgrading as needed) the cache of this device.
+
+        The database lives at `paths.database_path(device, root)` unless `path` names a file. A
+        database written by a newer tunecache is opened read-only, with a TunecacheWarning.
+        """
+        if device is None:
+            device = detect(
+                client=client,
+                client_version=client_version,
+                threads=threads,
+                accelerator=accelerator,
+            )
+        db = Path(path) if path is not None else paths.database_path(device, root)
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot create cache folder {db.parent}: {error.strerror}") from error
+        engine = make_engine(db, busy_timeout=busy_timeout)
+        try:
+            with busy_errors(db, busy_timeout):
+                outcome = migrate.ensure_schema(engine, db)
+        except SchemaTooNewError as error:
+            engine.dispose()
+            warnings.warn(str(error), TunecacheWarning, stacklevel=2)
+            engine = make_engine(db, busy_timeout=busy_timeout, query_only=True)
+            return cls(
+                db,
+                device,
+                engine,
+                busy_timeout=busy_timeout,
+                outcome=None,
+                readonly_reason=str(error),
+            )
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(
+            db, device, engine, busy_timeout=busy_timeout, outcome=outcome, readonly_reason=None
+        )
+
+    def close(self) -> None:
+        """Close every connection; the cache cannot be used afterwards."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.readonly_reason else "read-write"
+        return f"<Cache {self.path} {self.device.dirname} {mode}>"
+
+    @property
+    def readonly(self) -> bool:
+        """Whether this cache refuses writes."""
+        return self.readonly_reason is not None
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        if self.readonly_reason is not None:
+            raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
+        with busy_errors(self.path, self.busy_timeout), self._engine.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with (
+            busy_errors(self.path, self.busy_timeout),
+            read_connection(self._engine) as conn,
+            conn.begin(),
+        ):
+            yield conn
+
+    def revision(self) -> str | None:
+        """The schema revision stamped in the database."""
+        with self._read() as conn:
+            return migrate.current_revision(conn)
+
+    # -- rows that entries hang on ------------------------------------------------------------
+
+    def _find_device_id(self, conn: Connection) -> int | None:
+        # Only committed ids are remembered (see put): an id seen inside a write transaction
+        # that later rolls back could name another device's row tomorrow.
+        if self._device_id is not None:
+            return self._device_id
+        found = conn.execute(
+            select(_D.c.id).where(_D.c.fingerprint == self.device.fingerprint)
+        ).scalar()
+        return None if found is None else int(found)
+
+    def _device_row(self, conn: Connection) -> int:
+        found = self._find_device_id(conn)
+        if found is not None:
+            return found
+        d = self.device
+        new_id = conn.execute(
+            insert(_D).values(
+                fingerprint=d.fingerprint,
+                cpu=d.cpu,
+                threads=d.threads,
+                accelerator=d.accelerator,
+                client=d.client,
+                client_version=d.client_version,
+                created_at=utcnow(),
+            )
+        ).inserted_primary_key
+        assert new_id is not None
+        return int(new_id[0])
+
+    @staticmethod
+    def _key_row(conn: Connection, key: Key) -> int:
+        text = key.text
+        found = conn.execute(select(_K.c.id).where(_K.c.text == text)).scalar()
+        if found is not None:
+            return int(found)
+        new_id = conn.execute(
+            insert(_K).values(text=text, signature=key.signature, dims=_dims_text(key))
+        ).inserted_primary_key
+        assert new_id is not None
+        return int(new_id[0])
+
+    @staticmethod
+    def _set_row(conn: Connection, signature: str, names: tuple[str, ...], sum_: str) -> int:
+        found = conn.execute(
+            select(_S.c.id).where(_S.c.signature == signature, _S.c.checksum == sum_)
+        ).scalar()
+        if found is not None:
+            return int(found)
+        new_id = conn.execute(
+            insert(_S).values(
+                signature=signature, checksum=sum_, size=len(names), created_at=utcnow()
+            )
+        ).inserted_primary_key
+        assert new_id is not None
+        set_id = int(new_id[0])
+        conn.execute(
+            insert(_C),
+            [{"set_id": set_id, "position": i, "name": n} for i, n in enumerate(names)],
+        )
+        return set_id
+
+    # -- entries ------------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: Key | str,
+        *,
+        choice: str,
+        candidates: Sequence[str],
+        heuristic: str | None = None,
+        record: codec.TimingRecord | None = None,
+        speedup: float | None = None,
+        status: str = "unvalidated",
+        run_id: int | None = None,
+    ) -> Entry:
+        """Store the decision for `key` against this candidate list, with its evidence.
+
+        Writing the same key and list again replaces the decision and its timing record. Every
+        argument is checked before the transaction starts: a bad one raises and writes nothing.
+        """
+        key = _as_key(key)
+        names = candidate_names(candidates)
+        if choice not in names:
+            raise BadRecordError(f"choice {choice!r} is not one of the candidates {list(names)}")
+        if heuristic is not None and heuristic not in names:
+            raise BadRecordError(f"heuristic {heuristic!r} is not one of the candidates")
+        if status not in ENTRY_STATUSES:
+            raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+        if speedup is not None and not (
+            isinstance(speedup, int | float) and math.isfinite(speedup) and speedup > 0
+        ):
+            raise BadRecordError(f"speedup must be a finite positive number, got {speedup!r}")
+        blob: bytes | None = None
+        if record is not None:
+            if not isinstance(record, codec.TimingRecord):
+                raise BadRecordError("record must be a tunecache.codec.TimingRecord")
+            unknown = [c.name for c in record.candidates if c.name not in names]
+            if unknown:
+                raise BadRecordError(f"timing record names unknown candidates {unknown}")
+            blob = codec.encode(record)
+        sum_ = checksum(names)
+        now = utcnow()
+
+        with self._write() as conn:
+            device_id = self._device_row(conn)
+            key_id = self._key_row(conn, key)
+            set_id = self._set_row(conn, key.signature, names, sum_)
+            values: dict[str, Any] = {
+                "choice": choice,
+                "heuristic": heuristic,
+                "status": status,
+                "speedup": None if speedup is None else float(speedup),
+                "run_id": run_id,
+                "updated_at": now,
+            }
+            entry_id = conn.execute(
+                select(_E.c.id).where(
+                    _E.c.device_id == device_id,
+                    _E.c.key_id == key_id,
+                    _E.c.candidate_set_id == set_id,
+                )
+            ).scalar()
+            if entry_id is None:
+                new_id = conn.execute(
+                    insert(_E).values(
+                        device_id=device_id,
+                        key_id=key_id,
+                        candidate_set_id=set_id,
+                        created_at=now,
+                        **values,
+                    )
+                ).inserted_primary_key
+                assert new_id is not None
+                entry_id = int(new_id[0])
+            else:
+                conn.execute(update(_E).where(_E.c.id == entry_id).values(**values))
+                conn.execute(delete(_T).where(_T.c.entry_id == entry_id))
+            if record is not None and blob is not None:
+                self._insert_record(conn, int(entry_id), record, blob, heuristic, now)
+            entry = self._entries(conn, _E.c.id == entry_id)[0]
+        self._device_id = device_id
+        return entry
+
+    @staticmethod
+    def _insert_record(
+        conn: Connection,
+        entry_id: int,
+        record: codec.TimingRecord,
+        blob: bytes,
+        heuristic: str | None,
+        now: datetime,
+    ) -> None:
+        best = record.best()
+        heuristic_timing = (
+            next((c for c in record.candidates if c.name == heuristic), None)
+            if heuristic is not None
+            else None
+        )
+        new_id = conn.execute(
+            insert(_T).values(
+                entry_id=entry_id,
+                format_version=codec.FORMAT_VERSION,
+                best=None if best is None else best.name,
+                best_median_s=None if best is None else best.median,
+                heuristic_median_s=None if heuristic_timing is None else heuristic_timing.median,
+                candidates_count=len(record.candidates),
+                samples_count=sum(len(c.samples) for c in record.candidates),
+                failures_count=sum(1 for c in record.candidates if c.error is not None),
+                created_at=now,
+                data=blob,
+            )
+        ).inserted_primary_key
+        assert new_id is not None
+        if record.candidates:
+            conn.execute(
+                insert(_CT),
+                [
+                    {
+                        "record_id": int(new_id[0]),
+                        "name": c.name,
+                        "median_s": c.median,
+                        "min_s": c.min,
+                        "max_s": c.max,
+                        "samples": len(c.samples),
+                        "inner_loops": c.inner_loops,
+                        "pruned": c.pruned,
+                        "error": c.error,
+                    }
+                    for c in record.candidates
+                ],
+            )
+
+    def _entries(self, conn: Connection, *where: Any) -> list[Entry]:
+        device_id = self._find_device_id(conn)
+        if device_id is None:
+            return []
+        rows = conn.execute(
+            select(
+                _E.c.id,
+                _K.c.text,
+                _E.c.choice,
+                _E.c.heuristic,
+                _E.c.status,
+                _E.c.speedup,
+                _S.c.id.label("set_id"),
+                _S.c.checksum,
+                _E.c.created_at,
+                _E.c.updated_at,
+            )
+            .join(_K, _K.c.id == _E.c.key_id)
+            .join(_S, _S.c.id == _E.c.candidate_set_id)
+            .where(_E.c.device_id == device_id, *where)
+            .order_by(_E.c.updated_at.desc(), _E.c.id.desc())
+        ).all()
+        names = self._set_names(conn, {row.set_id for row in rows})
+        return [
+            Entry(
+                id=row.id,
+                key=parse(row.text),
+                choice=row.choice,
+                heuristic=row.heuristic,
+                status=row.status,
+                speedup=row.speedup,
+                candidates=names[row.set_id],
+                checksum=row.checksum,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
+            for row in rows
+        ]
+
+    @staticmethod
+    def _set_names(conn: Connection, set_ids: Iterable[int]) -> dict[int, tuple[str, ...]]:
+        ids = sorted(set_ids)
+        if not ids:
+            return {}
+        out: dict[int, list[str]] = {i: [] for i in ids}
+        for set_id, name in conn.execute(
+            select(_C.c.set_id, _C.c.name)
+            .where(_C.c.set_id.in_(ids))
+            .order_by(_C.c.set_id, _C.c.position)
+        ):
+            out[set_id].append(name)
+        return {i: tuple(v) for i, v in out.items()}
+
+    def get(self, key: Key | str, *, candidates: Sequence[str] | None = None) -> Entry | None:
+        """The entry for `key` on this device, or None.
+
+        With `candidates`, only an entry tuned against exactly that list answers; without, the
+        most recently updated entry of the key, whatever list it was tuned against.
+        """
+        key = _as_key(key)
+        where = [_K.c.text == key.text]
+        if candidates is not None:
+            where.append(_S.c.checksum == checksum(candidates))
+        with self._read() as conn:
+            found = self._entries(conn, *where)
+        return found[0] if found else None
+
+    def entries(self) -> list[Entry]:
+        """Every entry of this device, most recently updated first."""
+        with self._read() as conn:
+            return self._entries(conn)
+
+    def count(self) -> int:
+        """How many entries this device has."""
+        with self._read() as conn:
+            device_id = self._find_device_id(conn)
+            if device_id is None:
+                return 0
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(_E).where(_E.c.device_id == device_id)
+                ).scalar_one()
+            )
+
+    def record(self, entry: Entry | int) -> codec.TimingRecord | None:
+        """The timing record kept with an entry of this device, or None if it has none."""
+        entry_id = entry.id if isinstance(entry, Entry) else int(entry)
+        with self._read() as conn:
+            device_id = self._find_device_id(conn)
+            data = conn.execute(
+                select(_T.c.data)
+                .join(_E, _E.c.id == _T.c.entry_id)
+                .where(_T.c.entry_id == entry_id, _E.c.device_id == device_id)
+            ).scalar()
+        return None if data is None else codec.decode(bytes(data))
+
+    # -- models, validations, runs ------------------------------------------------------------
+
+    def validate(
+        self,
+        entry: Entry | int,
+        *,
+        model: str,
+        fingerprint: str,
+        verdict: str,
+        gain: float | None = None,
+        rounds: int = 0,
+        confirmations: int = 0,
+        run_id: int | None = None,
+    ) -> None:
+        """Record a model's verdict on an entry of this device, replacing its earlier one."""
+        if verdict not in VERDICTS:
+            raise BadRecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+        if not model or not isinstance(model, str) or not isinstance(fingerprint, str):
+            raise BadRecordError("a model needs a non-empty name and a fingerprint string")
+        if gain is not None and not (math.isfinite(gain) and gain > 0):
+            raise BadRecordError(f"gain must be a finite positive number, got {gain!r}")
+        if rounds < 0 or confirmations < 0 or confirmations > rounds:
+            raise BadRecordError("need 0 <= confirmations <= rounds")
+        entry_id = entry.id if isinstance(entry, Entry) else int(entry)
+        now = utcnow()
+        with self._write() as conn:
+            owned = conn.execute(
+                select(_E.c.id).where(
+                    _E.c.id == entry_id, _E.c.device_id == self._find_device_id(conn)
+                )
+            ).scalar()
+            if owned is None:
+                raise BadRecordError(f"no entry {entry_id} on this device")
+            model_id = conn.execute(
+                select(_M.c.id).where(_M.c.name == model, _M.c.fingerprint == fingerprint)
+            ).scalar()
+            if model_id is None:
+                model_id = conn.execute(
+                    insert(_M).values(name=model, fingerprint=fingerprint, created_at=now)
+                ).inserted_primary_key[0]  # type: ignore[index]
+            values = {
+                "verdict": verdict,
+                "gain": gain,
+                "rounds": rounds,
+                "confirmations": confirmations,
+                "run_id": run_id,
+                "updated_at": now,
+            }
+            done = conn.execute(
+                update(_V)
+                .where(_V.c.model_id == model_id, _V.c.entry_id == entry_id)
+                .values(**values)
+            )
+            if done.rowcount == 0:
+                conn.execute(
+                    insert(_V).values(
+                        model_id=model_id, entry_id=entry_id, created_at=now, **values
+                    )
+                )
+
+    @contextlib.contextmanager
+    def run(self, kind: str, notes: str | None = None) -> Iterator[int]:
+        """Log a session of work (tuning, validation, import) in the `runs` table.
+
+        The row is written when the session starts and closed as finished, interrupted (Ctrl-C)
+        or failed when the block ends, so a crash leaves a visible "running" row behind.
+        """
+        with self._write() as conn:
+            run_id = conn.execute(
+                insert(_R).values(
+                    kind=kind,
+                    status="running",
+                    device_id=self._device_row(conn),
+                    tool_version=__version__,
+                    hostname=socket.gethostname(),
+                    platform=platform.platform(),
+                    python_version=sys.version.split()[0],
+                    pid=os.getpid(),
+                    started_at=utcnow(),
+                    notes=notes,
+                )
+            ).inserted_primary_key[0]  # type: ignore[index]
+        status = "failed"
+        try:
+            yield int(run_id)
+            status = "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            with self._write() as conn:
+                conn.execute(
+                    update(_R).where(_R.c.id == run_id).values(status=status, finished_at=utcnow())
+                )
+
+
+def open_cache(**kwargs: Any) -> Cache:
+    """Open this device's cache; the same arguments as `Cache.open`."""
+    return Cache.open(**kwargs)
