@@ -13,6 +13,7 @@ or upgraded; a database already at `HEAD` is checked with one plain query.
 from __future__ import annotations
 
 import enum
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,9 @@ def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic configuration built in code (no ini file, no logging setup)."""
     from alembic.config import Config
 
-    config = Config()
+    # Alembic's default stdout is the sys.stdout of the moment alembic was imported; a library
+    # must not print into its host program's output anyway, so its chatter goes nowhere.
+    config = Config(stdout=io.StringIO())
     config.set_main_option("script_location", script_location())
     if connection is not None:
         config.attributes["connection"] = connection
