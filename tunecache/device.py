@@ -12,7 +12,6 @@ import hashlib
 import os
 import platform
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
@@ -92,6 +91,8 @@ def cpu_model() -> str:
     except OSError:
         pass
     if sys.platform == "darwin":
+        import subprocess  # only here: it costs a runtime's import ~10 ms elsewhere
+
         try:
             out = subprocess.run(
                 ["sysctl", "-n", "machdep.cpu.brand_string"],
