@@ -269,7 +269,7 @@ def test_a_lock_held_past_the_timeout_is_store_busy(device: Device, tmp_path: Pa
     holder.execute("BEGIN IMMEDIATE")
     try:
         with Cache.open(device=device, path=db, busy_timeout=0.2) as cache:
-            with pytest.raises(StoreBusyError, match="stayed locked"):
+            with pytest.raises(StoreBusyError, match="locked by another writer"):
                 cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES)
             # Readers are not blocked by a writer in WAL mode.
             assert cache.count() == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,10 @@ def is_busy(error: BaseException) -> bool:
     return False
 
 
+def _busy_message(path: Path, timeout: float) -> str:
+    return f"cache database {path} is locked by another writer (waited up to {timeout:g} s)"
+
+
 @contextlib.contextmanager
 def busy_errors(path: Path, timeout: float) -> Iterator[None]:
     """Turn a lock wait that ran out into StoreBusyError, and other driver errors into
@@ -68,17 +73,35 @@ def busy_errors(path: Path, timeout: float) -> Iterator[None]:
         yield
     except exc.DBAPIError as error:
         if is_busy(error):
-            raise StoreBusyError(
-                f"cache database {path} stayed locked by another writer for {timeout:g} s"
-            ) from error
+            raise StoreBusyError(_busy_message(path, timeout)) from error
         orig = getattr(error, "orig", error)
         raise StoreError(f"cache database {path}: {orig}") from error
     except sqlite3.OperationalError as error:
         if is_busy(error):
-            raise StoreBusyError(
-                f"cache database {path} stayed locked by another writer for {timeout:g} s"
-            ) from error
+            raise StoreBusyError(_busy_message(path, timeout)) from error
         raise StoreError(f"cache database {path}: {error}") from error
+
+
+def _use_wal(cursor: Any, path: Path, timeout: float) -> None:
+    """Put the database in WAL mode, waiting out other openers up to `timeout` seconds."""
+    # SQLite answers a journal-mode switch that races another connection's lock with an
+    # immediate SQLITE_BUSY: the busy handler is not consulted (seen with two processes opening
+    # one fresh file). So the wait is ours, with a deadline, as for every other lock.
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as error:
+            if not is_busy(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    if str(mode).lower() != "wal":
+        raise StoreError(f"cache database {path} cannot use WAL (journal mode {mode})")
 
 
 def make_engine(
@@ -109,9 +132,7 @@ def make_engine(
             if query_only:
                 cursor.execute("PRAGMA query_only = ON")
             else:
-                mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreError(f"cache database {path} cannot use WAL (journal mode {mode})")
+                _use_wal(cursor, path, busy_timeout)
             cursor.execute("PRAGMA synchronous = NORMAL")
         finally:
             cursor.close()
