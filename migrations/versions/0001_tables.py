@@ -31,6 +31,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "signature", "checksum", name=op.f("uq_candidate_sets_signature_checksum")
         ),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "devices",
@@ -44,6 +45,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_devices")),
         sa.UniqueConstraint("fingerprint", name=op.f("uq_devices_fingerprint")),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "keys",
@@ -53,6 +55,7 @@ def upgrade() -> None:
         sa.Column("dims", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_keys")),
         sa.UniqueConstraint("text", name=op.f("uq_keys_text")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("keys", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_keys_signature"), ["signature"], unique=False)
@@ -65,6 +68,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_models")),
         sa.UniqueConstraint("name", "fingerprint", name=op.f("uq_models_name_fingerprint")),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "candidates",
@@ -105,6 +109,7 @@ def upgrade() -> None:
             ondelete="SET NULL",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "entries",
@@ -147,6 +152,7 @@ def upgrade() -> None:
             "candidate_set_id",
             name=op.f("uq_entries_device_id_key_id_candidate_set_id"),
         ),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("entries", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_entries_key_id"), ["key_id"], unique=False)
@@ -172,6 +178,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_timing_records")),
         sa.UniqueConstraint("entry_id", name=op.f("uq_timing_records_entry_id")),
+        sqlite_autoincrement=True,
     )
     op.create_table(
         "validations",
@@ -205,6 +212,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_validations")),
         sa.UniqueConstraint("model_id", "entry_id", name=op.f("uq_validations_model_id_entry_id")),
+        sqlite_autoincrement=True,
     )
     with op.batch_alter_table("validations", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_validations_entry_id"), ["entry_id"], unique=False)

@@ -16,11 +16,22 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from alembic import command  # noqa: E402
 
+from tunecache.codec import CandidateTiming, TimingRecord, encode  # noqa: E402
 from tunecache.store.engine import make_engine  # noqa: E402
 from tunecache.store.migrate import alembic_config  # noqa: E402
 
 REVISION = "0001"
 NOW = "2026-11-30 12:00:00.000000"
+BLOB = encode(
+    TimingRecord(
+        candidates=(
+            CandidateTiming("mmm_4x4", (2.0e-5, 2.1e-5, 1.9e-5), inner_loops=64),
+            CandidateTiming("mmm_8x8", (1.1e-5, 1.0e-5, 1.2e-5), inner_loops=64),
+        ),
+        settings={"max_samples": 30},
+        env={"numpy": "2.4.6"},
+    )
+)
 
 
 def main() -> None:
@@ -53,6 +64,11 @@ def main() -> None:
           (1, 1, 1, 1, 'mmm_8x8', 'mmm_4x4', 'accepted', 1.31, 1, '{NOW}', '{NOW}'),
           (2, 1, 2, 1, 'mmm_4x4', 'mmm_4x4', 'rejected', NULL, 1, '{NOW}', '{NOW}'),
           (3, 2, 1, 1, 'mmm_4x4', 'mmm_4x4', 'unvalidated', NULL, NULL, '{NOW}', '{NOW}');
+        INSERT INTO timing_records VALUES
+          (1, 1, 1, 'mmm_8x8', 1.1e-05, 2.0e-05, 2, 6, 0, '{NOW}', X'{BLOB.hex()}');
+        INSERT INTO candidate_timings VALUES
+          (1, 'mmm_4x4', 2.0e-05, 1.9e-05, 2.1e-05, 3, 64, 0, NULL),
+          (1, 'mmm_8x8', 1.1e-05, 1.0e-05, 1.2e-05, 3, 64, 0, NULL);
         INSERT INTO models VALUES (1, 'llama', 'mf-1', '{NOW}'), (2, 'enhancer', 'mf-2', '{NOW}');
         INSERT INTO validations VALUES
           (1, 1, 1, 'validated', 1.12, 3, 3, 1, '{NOW}', '{NOW}'),

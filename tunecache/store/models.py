@@ -25,7 +25,9 @@ from sqlalchemy import (
     UniqueConstraint,
     event,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 __all__ = [
     "ENTRY_STATUSES",
@@ -62,6 +64,10 @@ _NAMING = {
 }
 
 
+#: table option for every table with an integer id (see Base)
+_AUTOINCREMENT = {"sqlite_autoincrement": True}
+
+
 def utcnow() -> datetime:
     """The current time in UTC, as every timestamp in the store is kept."""
     return datetime.now(UTC)
@@ -71,8 +77,36 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return "{} IN ({})".format(column, ", ".join(f"'{v}'" for v in values))
 
 
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored as UTC and always read back timezone-aware.
+
+    SQLite keeps no zone with DateTime(timezone=True); without this, values came back naive and
+    `utcnow() - entry.updated_at` raised TypeError.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("tunecache stores timezone-aware datetimes only")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
-    """Declarative base with the store's constraint naming convention."""
+    """Declarative base with the store's constraint naming convention.
+
+    Every table with an integer id uses AUTOINCREMENT: SQLite would otherwise hand a deleted
+    row's id to the next insert, and an id a process remembered (a device's, an entry's) could
+    silently name another row after a prune.
+    """
 
     metadata = MetaData(naming_convention=_NAMING)
 
@@ -81,6 +115,7 @@ class DeviceRow(Base):
     """A device identity that owns entries; every checked field is a column."""
 
     __tablename__ = "devices"
+    __table_args__ = (_AUTOINCREMENT,)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
@@ -89,20 +124,20 @@ class DeviceRow(Base):
     accelerator: Mapped[str | None] = mapped_column(Text)
     client: Mapped[str] = mapped_column(Text)
     client_version: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class CandidateSet(Base):
     """The ordered list of legal candidates of a signature, named by its checksum."""
 
     __tablename__ = "candidate_sets"
-    __table_args__ = (UniqueConstraint("signature", "checksum"),)
+    __table_args__ = (UniqueConstraint("signature", "checksum"), _AUTOINCREMENT)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     signature: Mapped[str] = mapped_column(Text)
     checksum: Mapped[str] = mapped_column(String(64))
     size: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Candidate(Base):
@@ -122,6 +157,7 @@ class KeyRow(Base):
     """An op key: its canonical text, its signature and its dims."""
 
     __tablename__ = "keys"
+    __table_args__ = (_AUTOINCREMENT,)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     text: Mapped[str] = mapped_column(Text, unique=True)
@@ -134,7 +170,7 @@ class RunRow(Base):
     """A log line for one tuning, validation or import session."""
 
     __tablename__ = "runs"
-    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status"),)
+    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status"), _AUTOINCREMENT)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(Text)
@@ -145,8 +181,8 @@ class RunRow(Base):
     platform: Mapped[str] = mapped_column(Text)
     python_version: Mapped[str] = mapped_column(Text)
     pid: Mapped[int] = mapped_column(Integer)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     notes: Mapped[str | None] = mapped_column(Text)
 
 
@@ -158,6 +194,7 @@ class EntryRow(Base):
         UniqueConstraint("device_id", "key_id", "candidate_set_id"),
         CheckConstraint(_in("status", ENTRY_STATUSES), name="status"),
         Index(None, "key_id"),
+        _AUTOINCREMENT,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -172,14 +209,15 @@ class EntryRow(Base):
     #: heuristic time over chosen time from the evidence that kept the entry (> 1 is faster)
     speedup: Mapped[float | None] = mapped_column(Float)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class TimingRecordRow(Base):
     """The evidence behind an entry: summary columns and the CBOR of every raw sample."""
 
     __tablename__ = "timing_records"
+    __table_args__ = (_AUTOINCREMENT,)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), unique=True)
@@ -190,7 +228,7 @@ class TimingRecordRow(Base):
     candidates_count: Mapped[int] = mapped_column(Integer)
     samples_count: Mapped[int] = mapped_column(Integer)
     failures_count: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
@@ -216,12 +254,12 @@ class ModelRow(Base):
     """A whole workload that uses many keys, by name and fingerprint."""
 
     __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("name", "fingerprint"),)
+    __table_args__ = (UniqueConstraint("name", "fingerprint"), _AUTOINCREMENT)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(Text)
     fingerprint: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class ValidationRow(Base):
@@ -232,6 +270,7 @@ class ValidationRow(Base):
         UniqueConstraint("model_id", "entry_id"),
         CheckConstraint(_in("verdict", VERDICTS), name="verdict"),
         Index(None, "entry_id"),
+        _AUTOINCREMENT,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -243,8 +282,8 @@ class ValidationRow(Base):
     rounds: Mapped[int] = mapped_column(Integer, default=0)
     confirmations: Mapped[int] = mapped_column(Integer, default=0)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 #: One row per decision, readable with the sqlite3 shell and no tunecache installed. Migrations
