@@ -6,6 +6,8 @@ import hashlib
 import multiprocessing
 import shutil
 import sqlite3
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 
 from tunecache.cache import Cache
+from tunecache.codec import decode
 from tunecache.device import Device
 from tunecache.errors import ReadOnlyStoreError, StoreError, TunecacheWarning
 from tunecache.store import migrate
@@ -32,6 +35,10 @@ def _schema(path: Path) -> dict[str, object]:
         out["objects"] = names
         for kind, name in names:
             if kind == "table":
+                sql = conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE name = ?", (name,)
+                ).fetchone()[0]
+                out[f"{name}.autoincrement"] = "AUTOINCREMENT" in sql.upper()
                 out[f"{name}.columns"] = conn.execute(f"PRAGMA table_info('{name}')").fetchall()
                 # Drop the constraint's ordinal: it follows declaration order, not meaning.
                 out[f"{name}.fks"] = sorted(
@@ -44,6 +51,24 @@ def _schema(path: Path) -> dict[str, object]:
             row[1] for row in conn.execute("PRAGMA table_info('decisions')")
         ]
         return out
+
+
+def _all_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    with sqlite3.connect(path) as conn:
+        tables = [
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        return {t: sorted(conn.execute(f"SELECT * FROM '{t}'"), key=repr) for t in tables}
+
+
+def _digest(path: Path) -> tuple[str, str]:
+    """The file's bytes and its journal mode, as read without changing either."""
+    raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        mode = raw.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        raw.close()
+    return hashlib.sha256(path.read_bytes()).hexdigest(), mode
 
 
 def _outcome_of_open(dbs: list[str], device: Device, barrier: object, queue: object) -> None:
@@ -111,17 +136,18 @@ def test_golden_database_of_the_first_revision_upgrades_with_its_content(
 ) -> None:
     db = tmp_path / "old.db"
     shutil.copy(GOLDEN / "rev0001.db", db)
-    with sqlite3.connect(db) as conn:
-        before = {
-            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
-            for table in ("devices", "keys", "entries", "models", "validations", "runs")
-        }
+    before = _all_rows(db)
+    assert before["timing_records"] and before["candidate_timings"] and before["validations"]
     with Cache.open(device=device, path=db) as cache:
         assert cache.outcome is migrate.Outcome.UPGRADED
         assert cache.revision() == migrate.HEAD
+    after = _all_rows(db)
+    assert after.pop("alembic_version") == [(migrate.HEAD,)]
+    before.pop("alembic_version")
+    assert after == before  # every row of every table, byte for byte
+    blob = after["timing_records"][0][-1]
+    assert [c.name for c in decode(blob).candidates] == ["mmm_4x4", "mmm_8x8"]
     with sqlite3.connect(db) as conn:
-        for table, rows in before.items():
-            assert conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() == rows
         decisions = conn.execute(
             "SELECT key, choice, status, validated_by, masked_by, threads FROM decisions "
             "ORDER BY entry_id"
@@ -159,38 +185,55 @@ def test_golden_database_of_the_first_revision_upgrades_with_its_content(
         assert cache.count() == 1
 
 
-def test_a_newer_unknown_revision_is_opened_read_only_and_never_written(
-    device: Device, tmp_path: Path
-) -> None:
-    db = tmp_path / "future.db"
+def _future_database(device: Device, db: Path, journal: str) -> None:
+    """A cache stamped with a revision from the future, in the given journal mode."""
     with Cache.open(device=device, path=db) as cache:
         cache.put("conv_F32_h8", choice="a", candidates=["a", "b"])
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = 'fff9_from_the_future'")
-        conn.commit()
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if journal == "delete":
+        conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute("UPDATE alembic_version SET version_num = 'fff9_from_the_future'")
+    conn.close()
+    if journal == "wal-with-frames":
+        # Leave a commit in the WAL, as a writer killed before any checkpoint would: a clean
+        # close would checkpoint it into the main file.
+        code = (
+            "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('PRAGMA wal_autocheckpoint = 0'); "
+            "c.execute(\"UPDATE entries SET choice = 'b'\"); os._exit(0)"
+        )
+        subprocess.run([sys.executable, "-c", code, str(db)], check=True)
+        assert db.with_name(db.name + "-wal").stat().st_size > 0
+        return
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal", "wal-with-frames"])
+def test_a_newer_unknown_revision_is_opened_read_only_and_never_written(
+    device: Device, tmp_path: Path, journal: str
+) -> None:
+    db = tmp_path / "future.db"
+    _future_database(device, db, journal)
+    before = _digest(db)
+    wal = db.with_name(db.name + "-wal")
+    wal_before = wal.read_bytes() if wal.exists() else None
 
     with pytest.warns(TunecacheWarning, match="newer than this tunecache knows"):
         cache = Cache.open(device=device, path=db)
     with cache:
         assert cache.readonly
-        assert cache.get("conv_F32_h8", candidates=["a", "b"]).choice == "a"  # type: ignore[union-attr]
+        want = "b" if journal == "wal-with-frames" else "a"
+        assert cache.get("conv_F32_h8", candidates=["a", "b"]).choice == want  # type: ignore[union-attr]
         with pytest.raises(ReadOnlyStoreError, match="read-only"):
             cache.put("conv_F32_h16", choice="a", candidates=["a", "b"])
         with pytest.raises(ReadOnlyStoreError):
             cache.validate(1, model="m", fingerprint="f", verdict="masked")
         # Even a write slipped past the API is refused by SQLite itself.
-        with (
-            pytest.raises(Exception, match=r"readonly|read-only|query_only"),
-            cache._engine.begin() as conn,
-        ):
+        with pytest.raises(Exception, match=r"readonly|read-only"), cache._engine.begin() as conn:
             conn.exec_driver_sql("DELETE FROM entries")
-    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
-            ("fff9_from_the_future",)
-        ]
+    assert _digest(db) == before  # same bytes, same journal mode: not even a checkpoint
+    if wal_before is not None:
+        assert wal.read_bytes() == wal_before
 
 
 def test_a_database_of_another_program_is_refused_untouched(device: Device, tmp_path: Path) -> None:
@@ -198,10 +241,36 @@ def test_a_database_of_another_program_is_refused_untouched(device: Device, tmp_
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
         conn.execute("INSERT INTO invoices VALUES (1, 9.5)")
+    before = _digest(db)
     with pytest.raises(StoreError, match="not a tunecache cache"):
         Cache.open(device=device, path=db)
+    assert _digest(db) == before == (before[0], "delete")
+    assert not db.with_name(db.name + "-wal").exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("INSERT INTO alembic_version VALUES ('zzzz')", "2 schema revisions stamped"),
+        (
+            "DROP TABLE candidate_timings; DROP TABLE timing_records; "
+            "DROP TABLE validations; DROP TABLE entries",
+            "lacks the tables entries",
+        ),
+    ],
+)
+def test_a_damaged_cache_is_refused_untouched(
+    device: Device, tmp_path: Path, damage: str, message: str
+) -> None:
+    db = tmp_path / "damaged.db"
+    shutil.copy(GOLDEN / "rev0001.db", db)
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("invoices",)]
+        conn.executescript(damage)
+    before = _digest(db)
+    with pytest.raises(StoreError, match=message) as info:
+        Cache.open(device=device, path=db)
+    assert "\n" not in str(info.value)
+    assert _digest(db) == before
 
 
 def test_a_file_that_is_not_sqlite_is_a_one_line_store_error(
@@ -267,3 +336,60 @@ def test_migration_scripts_are_found_and_alembic_never_configures_logging(
         warnings.simplefilter("error")
         with Cache.open(device=device, path=db) as cache:
             assert cache.outcome is migrate.Outcome.UPGRADED
+
+
+def test_a_future_table_rebuild_keeps_every_child_row(device: Device, tmp_path: Path) -> None:
+    # What a later revision will do to change a column SQLite cannot ALTER: batch mode copies
+    # the table, drops the old one and renames the copy. With foreign keys on, the drop would
+    # cascade into validations and timing records; the decisions view would block the rename.
+    # migration_connection is the environment every upgrade runs in.
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
+    db = tmp_path / "old.db"
+    shutil.copy(GOLDEN / "rev0001.db", db)
+    Cache.open(device=device, path=db).close()
+    before = _all_rows(db)
+    schema_before = _schema(db)
+    engine = make_engine(db)
+    try:
+        with migrate.migration_connection(engine, db) as conn:
+            ops = Operations(MigrationContext.configure(conn, opts={"render_as_batch": True}))
+            for table in ("entries", "keys", "devices"):
+                # Reflection does not carry AUTOINCREMENT: without table_kwargs the rebuilt
+                # table would silently lose it, and its sqlite_sequence row with it.
+                with ops.batch_alter_table(
+                    table, recreate="always", table_kwargs={"sqlite_autoincrement": True}
+                ):
+                    pass
+    finally:
+        engine.dispose()
+    assert _all_rows(db) == before
+    assert _schema(db) == schema_before
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert conn.execute("SELECT count(*) FROM decisions").fetchone() == (3,)
+        assert conn.execute("PRAGMA foreign_keys").fetchone() == (0,)  # a fresh connection
+    # The pooled connection got its pragmas back.
+    with Cache.open(device=device, path=db) as cache, cache._engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert c.exec_driver_sql("PRAGMA legacy_alter_table").scalar() == 0
+
+
+def test_a_failed_foreign_key_check_rolls_the_schema_change_back(
+    device: Device, tmp_path: Path
+) -> None:
+    db = tmp_path / "c.db"
+    with Cache.open(device=device, path=db) as cache:
+        cache.put("conv_F32_h8", choice="a", candidates=["a", "b"])
+    before = _all_rows(db)
+    engine = make_engine(db)
+    try:
+        with (
+            pytest.raises(StoreError, match="dangling references"),
+            migrate.migration_connection(engine, db) as conn,
+        ):
+            conn.exec_driver_sql("DELETE FROM keys")  # entries now point nowhere
+    finally:
+        engine.dispose()
+    assert _all_rows(db) == before

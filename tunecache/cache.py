@@ -26,6 +26,7 @@ from tunecache._version import __version__
 from tunecache.candidates import candidate_names, checksum
 from tunecache.device import Device, detect
 from tunecache.errors import (
+    BadArgumentError,
     BadRecordError,
     ReadOnlyStoreError,
     SchemaTooNewError,
@@ -37,6 +38,7 @@ from tunecache.store import migrate
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
+    check_timeout,
     make_engine,
     read_connection,
 )
@@ -88,6 +90,42 @@ class Entry:
 
 def _dims_text(key: Key) -> str:
     return " ".join(f"{name}={value}" for name, value in key.dims)
+
+
+def _entry_id(entry: Entry | int) -> int:
+    if isinstance(entry, Entry):
+        return entry.id
+    if isinstance(entry, bool) or not isinstance(entry, int):
+        raise BadRecordError(f"an entry is an Entry or its integer id, got {entry!r}")
+    return entry
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRecordError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _positive(value: object, what: str) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise BadRecordError(f"{what} must be a finite positive number, got {value!r}")
+    return float(value)
+
+
+def _check_run(conn: Connection, run_id: int | None) -> None:
+    if run_id is None:
+        return
+    if isinstance(run_id, bool) or not isinstance(run_id, int):
+        raise BadRecordError(f"run_id must be an integer, got {run_id!r}")
+    if conn.execute(select(_R.c.id).where(_R.c.id == run_id)).scalar() is None:
+        raise BadRecordError(f"no run {run_id} in this cache")
 
 
 def _as_key(key: Key | str) -> Key:
@@ -149,19 +187,22 @@ class Cache:
                 threads=threads,
                 accelerator=accelerator,
             )
-        db = Path(path) if path is not None else paths.database_path(device, root)
+        busy_timeout = check_timeout(busy_timeout)
+        if path is not None and not str(path):
+            raise BadArgumentError("the database path must not be empty")
+        db = Path(path).absolute() if path is not None else paths.database_path(device, root)
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(f"cannot create cache folder {db.parent}: {error.strerror}") from error
-        engine = make_engine(db, busy_timeout=busy_timeout)
+        # Look before writing: even switching the journal mode writes to the file, and a file
+        # this tunecache must not change is refused (or read) without being touched.
+        state = migrate.inspect_file(db, busy_timeout)
         try:
-            with busy_errors(db, busy_timeout):
-                outcome = migrate.ensure_schema(engine, db)
+            migrate.check_writable_schema(state, db)
         except SchemaTooNewError as error:
-            engine.dispose()
             warnings.warn(str(error), TunecacheWarning, stacklevel=2)
-            engine = make_engine(db, busy_timeout=busy_timeout, query_only=True)
+            engine = make_engine(db, busy_timeout=busy_timeout, readonly=True)
             return cls(
                 db,
                 device,
@@ -170,6 +211,10 @@ class Cache:
                 outcome=None,
                 readonly_reason=str(error),
             )
+        engine = make_engine(db, busy_timeout=busy_timeout)
+        try:
+            with busy_errors(db, busy_timeout):
+                outcome = migrate.ensure_schema(engine, db)
         except BaseException:
             engine.dispose()
             raise
@@ -309,10 +354,7 @@ class Cache:
             raise BadRecordError(f"heuristic {heuristic!r} is not one of the candidates")
         if status not in ENTRY_STATUSES:
             raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
-        if speedup is not None and not (
-            isinstance(speedup, int | float) and math.isfinite(speedup) and speedup > 0
-        ):
-            raise BadRecordError(f"speedup must be a finite positive number, got {speedup!r}")
+        speedup = _positive(speedup, "speedup")
         blob: bytes | None = None
         if record is not None:
             if not isinstance(record, codec.TimingRecord):
@@ -325,6 +367,9 @@ class Cache:
         now = utcnow()
 
         with self._write() as conn:
+            # Inside the transaction, so a run deleted meanwhile cannot slip through; raising
+            # here rolls back, and nothing is written.
+            _check_run(conn, run_id)
             device_id = self._device_row(conn)
             key_id = self._key_row(conn, key)
             set_id = self._set_row(conn, key.signature, names, sum_)
@@ -332,7 +377,7 @@ class Cache:
                 "choice": choice,
                 "heuristic": heuristic,
                 "status": status,
-                "speedup": None if speedup is None else float(speedup),
+                "speedup": speedup,
                 "run_id": run_id,
                 "updated_at": now,
             }
@@ -499,7 +544,7 @@ class Cache:
 
     def record(self, entry: Entry | int) -> codec.TimingRecord | None:
         """The timing record kept with an entry of this device, or None if it has none."""
-        entry_id = entry.id if isinstance(entry, Entry) else int(entry)
+        entry_id = _entry_id(entry)
         with self._read() as conn:
             device_id = self._find_device_id(conn)
             data = conn.execute(
@@ -526,15 +571,17 @@ class Cache:
         """Record a model's verdict on an entry of this device, replacing its earlier one."""
         if verdict not in VERDICTS:
             raise BadRecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-        if not model or not isinstance(model, str) or not isinstance(fingerprint, str):
+        if not isinstance(model, str) or not model or not isinstance(fingerprint, str):
             raise BadRecordError("a model needs a non-empty name and a fingerprint string")
-        if gain is not None and not (math.isfinite(gain) and gain > 0):
-            raise BadRecordError(f"gain must be a finite positive number, got {gain!r}")
-        if rounds < 0 or confirmations < 0 or confirmations > rounds:
-            raise BadRecordError("need 0 <= confirmations <= rounds")
-        entry_id = entry.id if isinstance(entry, Entry) else int(entry)
+        gain = _positive(gain, "gain")
+        rounds = _count(rounds, "rounds")
+        confirmations = _count(confirmations, "confirmations")
+        if confirmations > rounds:
+            raise BadRecordError(f"confirmations ({confirmations}) exceed rounds ({rounds})")
+        entry_id = _entry_id(entry)
         now = utcnow()
         with self._write() as conn:
+            _check_run(conn, run_id)
             owned = conn.execute(
                 select(_E.c.id).where(
                     _E.c.id == entry_id, _E.c.device_id == self._find_device_id(conn)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from tunecache._version import __version__
-from tunecache.errors import DeviceMismatchError, TunecacheError
+from tunecache.errors import BadArgumentError, DeviceMismatchError
 
 __all__ = [
     "CHECKED_FIELDS",
@@ -131,22 +131,24 @@ class Device:
 
     def __post_init__(self) -> None:
         if not _is_slug(self.cpu):
-            raise TunecacheError(f"device cpu must be a slug like 'amd-epyc', got {self.cpu!r}")
+            raise BadArgumentError(f"device cpu must be a slug like 'amd-epyc', got {self.cpu!r}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int):
-            raise TunecacheError(f"device threads must be an int, got {self.threads!r}")
+            raise BadArgumentError(f"device threads must be an int, got {self.threads!r}")
         if not 1 <= self.threads <= 65536:
-            raise TunecacheError(f"device threads must be between 1 and 65536, got {self.threads}")
-        if self.accelerator is not None and (not _is_slug(self.accelerator)):
-            raise TunecacheError(
+            raise BadArgumentError(
+                f"device threads must be between 1 and 65536, got {self.threads}"
+            )
+        if self.accelerator is not None and not _is_slug(self.accelerator):
+            raise BadArgumentError(
                 f"device accelerator must be a slug like 'nvidia-h200' or None, "
                 f"got {self.accelerator!r}"
             )
         if not isinstance(self.client, str) or not _CLIENT_RE.match(self.client):
-            raise TunecacheError(
+            raise BadArgumentError(
                 f"client name must be letters, digits, '.', '_' or '-', got {self.client!r}"
             )
         if not isinstance(self.client_version, str) or not _VERSION_RE.match(self.client_version):
-            raise TunecacheError(
+            raise BadArgumentError(
                 f"client version must be letters, digits, '.', '+', '!' or '-', "
                 f"got {self.client_version!r}"
             )
@@ -200,7 +202,7 @@ def detect(
     """
     if client_version is None:
         if client != "tunecache":
-            raise TunecacheError(
+            raise BadArgumentError(
                 f"client {client!r} needs a client_version: decisions are kept per version"
             )
         client_version = __version__

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "BadArgumentError",
     "BadKeyError",
     "BadRecordError",
     "CodecError",
@@ -21,6 +22,12 @@ class TunecacheError(Exception):
 
     #: exit status the command line uses for this kind of error
     exit_code = 1
+
+
+class BadArgumentError(TunecacheError, ValueError):
+    """An argument out of its range: a thread count, a timeout, a device field, a root."""
+
+    exit_code = 2
 
 
 class BadKeyError(TunecacheError, ValueError):

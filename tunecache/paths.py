@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from tunecache.device import Device
+from tunecache.errors import BadArgumentError
 
 __all__ = [
     "DATABASE_NAME",
@@ -30,11 +31,15 @@ DATABASE_NAME = "cache.db"
 def cache_root(client: str = "tunecache", root: str | os.PathLike[str] | None = None) -> Path:
     """The folder that holds every cache of `client`: the argument, else $TUNECACHE_DIR, else
     the user cache folder."""
+    # Relative roots are made absolute now: a program that changes directory later must not
+    # split its cache in two.
     if root is not None:
-        return Path(root).expanduser()
+        if not os.fspath(root):
+            raise BadArgumentError("the cache root must not be empty")
+        return Path(root).expanduser().absolute()
     env = os.environ.get(ENV_VAR)
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser().absolute()
     # Imported here: platformdirs is only needed when no explicit root is given.
     import platformdirs
 

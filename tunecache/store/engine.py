@@ -13,6 +13,7 @@ import contextlib
 import os
 import sqlite3
 import time
+import urllib.parse
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +22,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
 
-from tunecache.errors import StoreBusyError, StoreError
+from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
+    "MAX_BUSY_TIMEOUT",
     "busy_errors",
+    "check_timeout",
     "is_busy",
     "make_engine",
     "read_connection",
@@ -33,6 +36,8 @@ __all__ = [
 
 #: seconds a writer waits for the lock before StoreBusyError
 DEFAULT_BUSY_TIMEOUT = 30.0
+#: the longest lock wait accepted: "forever" is not a deadline
+MAX_BUSY_TIMEOUT = 86400.0
 
 _READ_OPTION = "tunecache_read"
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -76,7 +81,7 @@ def busy_errors(path: Path, timeout: float) -> Iterator[None]:
             raise StoreBusyError(_busy_message(path, timeout)) from error
         orig = getattr(error, "orig", error)
         raise StoreError(f"cache database {path}: {orig}") from error
-    except sqlite3.OperationalError as error:
+    except sqlite3.Error as error:  # raised by the stdlib connections that inspect files
         if is_busy(error):
             raise StoreBusyError(_busy_message(path, timeout)) from error
         raise StoreError(f"cache database {path}: {error}") from error
@@ -104,20 +109,45 @@ def _use_wal(cursor: Any, path: Path, timeout: float) -> None:
         raise StoreError(f"cache database {path} cannot use WAL (journal mode {mode})")
 
 
+def check_timeout(busy_timeout: object) -> float:
+    """The lock deadline in seconds, refusing what is not a finite number from 0 to a day."""
+    if (
+        isinstance(busy_timeout, bool)
+        or not isinstance(busy_timeout, int | float)
+        or not 0 <= busy_timeout <= MAX_BUSY_TIMEOUT
+    ):
+        raise BadArgumentError(
+            f"busy_timeout must be seconds from 0 to {MAX_BUSY_TIMEOUT:g}, got {busy_timeout!r}"
+        )
+    return float(busy_timeout)
+
+
 def make_engine(
     path: str | os.PathLike[str],
     *,
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-    query_only: bool = False,
+    readonly: bool = False,
 ) -> Engine:
     """An engine for the SQLite database at `path`, set up as every tunecache store must be.
 
-    `query_only` makes SQLite itself refuse writes, for a database this tunecache must not
-    change (a newer schema, a read-only file).
+    `readonly` opens the file with SQLite's `mode=ro` and `query_only`: nothing, not even a
+    checkpoint or a journal-mode switch, writes to it. It is for a database this tunecache must
+    not change (a newer schema, a read-only file).
     """
     path = Path(path)
-    engine = create_engine(URL.create("sqlite", database=str(path)))
-    timeout_ms = max(0, int(busy_timeout * 1000))
+    busy_timeout = check_timeout(busy_timeout)
+    if readonly:
+        # A URI filename: percent-encoding keeps '?' and '#' in a path from being read as
+        # URI syntax.
+        url = URL.create(
+            "sqlite",
+            database="file:" + urllib.parse.quote(str(path.absolute())),
+            query={"mode": "ro", "uri": "true"},
+        )
+    else:
+        url = URL.create("sqlite", database=str(path))
+    engine = create_engine(url)
+    timeout_ms = int(busy_timeout * 1000)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, record: Any) -> None:
@@ -129,11 +159,11 @@ def make_engine(
             # busy_timeout first: switching to WAL needs a lock another opener may hold.
             cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            if query_only:
+            if readonly:
                 cursor.execute("PRAGMA query_only = ON")
             else:
                 _use_wal(cursor, path, busy_timeout)
-            cursor.execute("PRAGMA synchronous = NORMAL")
+                cursor.execute("PRAGMA synchronous = NORMAL")
         finally:
             cursor.close()
 

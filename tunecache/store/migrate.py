@@ -1,26 +1,33 @@
 """Schema creation and upgrades, applied when a cache is opened.
 
+- Before anything writes, `inspect_file` looks at the file through a read-only connection: a
+  database this tunecache must not change (another program's, a newer schema's) is refused or
+  opened read-only without a single byte written, not even a journal-mode switch.
 - A new database gets `create_all` and is stamped at head (faster than replaying history).
 - An older revision is upgraded inside one `BEGIN IMMEDIATE` transaction, so of several processes
   opening it at once exactly one migrates and the others find it current.
-- A newer revision that this tunecache does not know is never written: the caller opens it
-  read-only.
+- A newer revision that this tunecache does not know is never written.
 
 Alembic costs about half a second to import, so it is imported only when a database is created
-or upgraded; a database already at `HEAD` is checked with one plain query.
+or upgraded; a database already at `HEAD` is checked with plain queries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import io
+import sqlite3
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, text
 
 from tunecache.errors import SchemaTooNewError, StoreError
-from tunecache.store.engine import read_connection
+from tunecache.store.engine import busy_errors, read_connection
 from tunecache.store.models import Base
 
 if TYPE_CHECKING:
@@ -28,15 +35,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEAD",
+    "FileState",
     "Outcome",
     "alembic_config",
+    "check_writable_schema",
     "current_revision",
     "ensure_schema",
+    "inspect_file",
+    "migration_connection",
     "script_location",
 ]
 
 #: the newest revision under migrations/versions; a test keeps it equal to Alembic's head
 HEAD = "0002"
+
+# Tables every revision has had: a file stamped with a revision but missing them is damaged.
+_CORE_TABLES = frozenset({"devices", "keys", "candidate_sets", "entries"})
 
 
 class Outcome(enum.Enum):
@@ -45,6 +59,21 @@ class Outcome(enum.Enum):
     CURRENT = "current"
     CREATED = "created"
     UPGRADED = "upgraded"
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """What a database file holds, as seen through a read-only connection."""
+
+    #: the revisions stamped in alembic_version (one for a sound cache, none for a new file)
+    revisions: tuple[str, ...]
+    #: the names of its tables, SQLite's own excepted
+    tables: frozenset[str]
+
+    @property
+    def revision(self) -> str | None:
+        """The one stamped revision, or None."""
+        return self.revisions[0] if self.revisions else None
 
 
 def script_location() -> str:
@@ -69,6 +98,77 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+def inspect_file(path: Path, busy_timeout: float) -> FileState:
+    """Read the revision and tables of the database at `path` without writing to it.
+
+    A missing or empty file is a new database. Raises StoreError when the file is not a
+    readable SQLite database.
+    """
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return FileState((), frozenset())
+    if not path.is_file():
+        raise StoreError(f"cache database {path} is not a file")
+    uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
+    with busy_errors(path, busy_timeout):
+        conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
+        try:
+            tables = frozenset(
+                row[0]
+                for row in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%'"
+                )
+            )
+            revisions: tuple[str, ...] = ()
+            if "alembic_version" in tables:
+                revisions = tuple(
+                    str(row[0]) for row in conn.execute("SELECT version_num FROM alembic_version")
+                )
+        finally:
+            conn.close()
+    return FileState(revisions, tables)
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def check_writable_schema(state: FileState, path: Path) -> None:
+    """Refuse, before anything writes, a file this tunecache must not change.
+
+    Raises StoreError for a file that is not a sound tunecache cache and SchemaTooNewError for
+    one at a revision this tunecache does not know (the caller may still read it).
+    """
+    if len(state.revisions) > 1:
+        raise StoreError(
+            f"cache database {path} has {len(state.revisions)} schema revisions stamped "
+            f"({', '.join(state.revisions)}); it is damaged"
+        )
+    revision = state.revision
+    if revision is None:
+        foreign = state.tables - {"alembic_version"}
+        if foreign:
+            raise StoreError(
+                f"{path} holds tables ({', '.join(sorted(foreign)[:5])}) but no tunecache "
+                "schema revision: it is not a tunecache cache"
+            )
+        return
+    if revision != HEAD and revision not in _known_revisions():
+        raise SchemaTooNewError(
+            f"cache database {path} is at schema revision {revision!r}, newer than this "
+            f"tunecache knows (head {HEAD!r}); it is opened read-only: upgrade tunecache to write"
+        )
+    missing = _CORE_TABLES - state.tables
+    if missing:
+        raise StoreError(
+            f"cache database {path} is stamped at revision {revision!r} but lacks the tables "
+            f"{', '.join(sorted(missing))}; it is damaged"
+        )
+
+
 def current_revision(conn: Connection) -> str | None:
     """The revision stamped in the database, or None for a database without one."""
     has_table = conn.execute(
@@ -80,55 +180,81 @@ def current_revision(conn: Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
+@contextlib.contextmanager
+def migration_connection(engine: Engine, path: Path) -> Iterator[Connection]:
+    """A connection in a `BEGIN IMMEDIATE` transaction, set up to change the schema safely.
 
-    script = ScriptDirectory.from_config(alembic_config())
-    return {rev.revision for rev in script.walk_revisions()}
-
-
-def _check_known(revision: str, path: Path) -> None:
-    if revision not in _known_revisions():
-        raise SchemaTooNewError(
-            f"cache database {path} is at schema revision {revision!r}, newer than this "
-            f"tunecache knows (head {HEAD!r}); it is opened read-only: upgrade tunecache to write"
-        )
+    Foreign keys are off while the schema changes: a batch migration rebuilds a table by copy,
+    drop and rename, and dropping a parent table with foreign keys on would cascade its deletes
+    into every child (validations, timing records). `legacy_alter_table` lets the rename go
+    through while the `decisions` view briefly names a dropped table. Both are per-connection
+    pragmas that only take effect outside a transaction, so they are set before BEGIN. Before
+    commit, `foreign_key_check` proves the data is still consistent.
+    """
+    with engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        raw.execute("PRAGMA foreign_keys = OFF")
+        raw.execute("PRAGMA legacy_alter_table = ON")
+        try:
+            with conn.begin():
+                yield conn
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise StoreError(
+                        f"schema change of {path} would leave {len(broken)} rows with dangling "
+                        f"references (first in table {broken[0][0]!r}); nothing was changed"
+                    )
+        finally:
+            raw.execute("PRAGMA legacy_alter_table = OFF")
+            raw.execute("PRAGMA foreign_keys = ON")
 
 
 def ensure_schema(engine: Engine, path: Path) -> Outcome:
     """Bring the database at `path` to `HEAD`, creating it if empty.
 
-    Raises SchemaTooNewError, without writing, when the database is at a revision this
-    tunecache does not know, and StoreError when the file holds tables that are not a cache.
+    The caller has already refused what must not be written (see `check_writable_schema`);
+    this re-checks under the write lock, since another process may have acted in between.
     """
     with read_connection(engine) as conn:
         revision = current_revision(conn)
     if revision == HEAD:
         return Outcome.CURRENT
-    if revision is not None:
-        _check_known(revision, path)
 
     # The write lock is taken before looking again: whoever gets it first creates or upgrades,
     # and everyone after it finds the work done.
-    with engine.begin() as conn:
-        revision = current_revision(conn)
-        if revision == HEAD:
+    with migration_connection(engine, path) as conn:
+        tables = frozenset(
+            row[0]
+            for row in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        )
+        revisions: tuple[str, ...] = ()
+        if "alembic_version" in tables:
+            revisions = tuple(
+                str(r[0]) for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+            )
+        state = FileState(revisions, tables)
+        if state.revision == HEAD and len(revisions) == 1:
             return Outcome.CURRENT
-        if revision is None:
-            tables = set(inspect(conn).get_table_names())
-            if tables:
-                raise StoreError(
-                    f"{path} holds tables ({', '.join(sorted(tables)[:5])}) but no tunecache "
-                    "schema revision: it is not a tunecache cache"
-                )
+        check_writable_schema(state, path)
+        if state.revision is None:
             Base.metadata.create_all(conn)
             _stamp_head(conn)
             return Outcome.CREATED
-        _check_known(revision, path)
-        from alembic import command
-
-        command.upgrade(alembic_config(conn), HEAD)
+        _upgrade(conn, path)
         return Outcome.UPGRADED
+
+
+def _upgrade(conn: Connection, path: Path) -> None:
+    from alembic import command
+    from alembic.util import CommandError
+
+    try:
+        command.upgrade(alembic_config(conn), HEAD)
+    except CommandError as error:
+        raise StoreError(f"cannot upgrade cache database {path}: {error}") from error
 
 
 def _stamp_head(conn: Connection) -> None:
