@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -56,8 +57,8 @@ def test_where_json_is_stable_for_scripts(_isolated_cache_root: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "status", "message"),
     [
-        (("where", "--threads", "0"), 1, "threads must be between 1 and 65536"),
-        (("where", "--client", "myruntime"), 1, "needs a client_version"),
+        (("where", "--threads", "0"), 2, "threads must be between 1 and 65536"),
+        (("where", "--client", "myruntime"), 2, "needs a client_version"),
         (("where", "--threads", "many"), EXIT_USAGE, "invalid int value"),
         (("frobnicate",), EXIT_USAGE, "invalid choice"),
         ((), EXIT_USAGE, "required"),
@@ -96,3 +97,30 @@ def test_help_exists_for_every_subcommand() -> None:
         done = _run(*args)
         assert done.returncode == 0
         assert "usage: tunecache" in done.stdout
+
+
+def test_a_newer_schema_is_one_warning_line_even_under_w_error(tmp_path: Path) -> None:
+    db = tmp_path / "future.db"
+    assert _run("where", "--db", str(db)).returncode == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'fff9'")
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "tunecache", "where", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("tunecache: warning: ") and "newer than this tunecache" in lines[0]
+    assert re.search(r"^read-only: +cache database", done.stdout, re.MULTILINE)
+
+
+def test_an_empty_root_is_refused_and_a_relative_one_made_absolute(tmp_path: Path) -> None:
+    done = _run("where", "--root", "")
+    assert done.returncode == 2
+    assert "must not be empty" in done.stderr
+    done = _run("where", "--json", "--root", "rel", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["database"].startswith(str(tmp_path / "rel" / "tune"))

@@ -12,11 +12,12 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from tunecache._version import __version__
-from tunecache.errors import TunecacheError
+from tunecache.errors import TunecacheError, TunecacheWarning
 
 __all__ = ["main"]
 
@@ -83,6 +84,23 @@ def cmd_where(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    if issubclass(category, TunecacheWarning):
+        print(f"tunecache: warning: {message}", file=sys.stderr)
+    else:
+        _original_showwarning(message, category, filename, lineno, file, line)
+
+
+_original_showwarning = warnings.showwarning
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `tunecache` command."""
     parser = _Parser(
@@ -110,7 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        with warnings.catch_warnings():
+            # tunecache's own warnings are one line on stderr, and never an error even under
+            # `python -W error`: a warning is something the user should read, not a failure.
+            warnings.simplefilter("always", TunecacheWarning)
+            warnings.showwarning = _show_warning
+            return func(args)
     except TunecacheError as error:
         print(f"tunecache: error: {error}", file=sys.stderr)
         return error.exit_code
