@@ -19,10 +19,10 @@ import enum
 import io
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, text
 
@@ -112,20 +112,22 @@ def inspect_file(path: Path, busy_timeout: float) -> FileState:
     with busy_errors(path, busy_timeout):
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:
-            tables = frozenset(
-                row[0]
-                for row in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%'"
-                )
-            )
-            revisions: tuple[str, ...] = ()
-            if "alembic_version" in tables:
-                revisions = tuple(
-                    str(row[0]) for row in conn.execute("SELECT version_num FROM alembic_version")
-                )
+            return _state(conn.execute)
         finally:
             conn.close()
+
+
+def _state(run: Callable[[str], Iterable[Sequence[Any]]]) -> FileState:
+    """The FileState read with `run`, a function that executes one SQL statement."""
+    tables = frozenset(
+        str(row[0])
+        for row in run(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    )
+    revisions: tuple[str, ...] = ()
+    if "alembic_version" in tables:
+        revisions = tuple(str(row[0]) for row in run("SELECT version_num FROM alembic_version"))
     return FileState(revisions, tables)
 
 
@@ -224,19 +226,8 @@ def ensure_schema(engine: Engine, path: Path) -> Outcome:
     # The write lock is taken before looking again: whoever gets it first creates or upgrades,
     # and everyone after it finds the work done.
     with migration_connection(engine, path) as conn:
-        tables = frozenset(
-            row[0]
-            for row in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        )
-        revisions: tuple[str, ...] = ()
-        if "alembic_version" in tables:
-            revisions = tuple(
-                str(r[0]) for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")
-            )
-        state = FileState(revisions, tables)
-        if state.revision == HEAD and len(revisions) == 1:
+        state = _state(conn.exec_driver_sql)
+        if state.revisions == (HEAD,):
             return Outcome.CURRENT
         check_writable_schema(state, path)
         if state.revision is None:
