@@ -128,6 +128,13 @@ def _check_run(conn: Connection, run_id: int | None) -> None:
         raise BadRecordError(f"no run {run_id} in this cache")
 
 
+def _insert(conn: Connection, table: Table, **values: Any) -> int:
+    """Insert one row and return its new integer id."""
+    new_id = conn.execute(insert(table).values(**values)).inserted_primary_key
+    assert new_id is not None
+    return int(new_id[0])
+
+
 def _as_key(key: Key | str) -> Key:
     if isinstance(key, str):
         return parse(key)
@@ -280,20 +287,14 @@ class Cache:
         found = self._find_device_id(conn)
         if found is not None:
             return found
-        d = self.device
-        new_id = conn.execute(
-            insert(_D).values(
-                fingerprint=d.fingerprint,
-                cpu=d.cpu,
-                threads=d.threads,
-                accelerator=d.accelerator,
-                client=d.client,
-                client_version=d.client_version,
-                created_at=utcnow(),
-            )
-        ).inserted_primary_key
-        assert new_id is not None
-        return int(new_id[0])
+        # The checked fields are the columns of the same names.
+        return _insert(
+            conn,
+            _D,
+            fingerprint=self.device.fingerprint,
+            created_at=utcnow(),
+            **self.device.as_dict(),
+        )
 
     @staticmethod
     def _key_row(conn: Connection, key: Key) -> int:
@@ -301,11 +302,7 @@ class Cache:
         found = conn.execute(select(_K.c.id).where(_K.c.text == text)).scalar()
         if found is not None:
             return int(found)
-        new_id = conn.execute(
-            insert(_K).values(text=text, signature=key.signature, dims=_dims_text(key))
-        ).inserted_primary_key
-        assert new_id is not None
-        return int(new_id[0])
+        return _insert(conn, _K, text=text, signature=key.signature, dims=_dims_text(key))
 
     @staticmethod
     def _set_row(conn: Connection, signature: str, names: tuple[str, ...], sum_: str) -> int:
@@ -314,13 +311,9 @@ class Cache:
         ).scalar()
         if found is not None:
             return int(found)
-        new_id = conn.execute(
-            insert(_S).values(
-                signature=signature, checksum=sum_, size=len(names), created_at=utcnow()
-            )
-        ).inserted_primary_key
-        assert new_id is not None
-        set_id = int(new_id[0])
+        set_id = _insert(
+            conn, _S, signature=signature, checksum=sum_, size=len(names), created_at=utcnow()
+        )
         conn.execute(
             insert(_C),
             [{"set_id": set_id, "position": i, "name": n} for i, n in enumerate(names)],
@@ -389,22 +382,20 @@ class Cache:
                 )
             ).scalar()
             if entry_id is None:
-                new_id = conn.execute(
-                    insert(_E).values(
-                        device_id=device_id,
-                        key_id=key_id,
-                        candidate_set_id=set_id,
-                        created_at=now,
-                        **values,
-                    )
-                ).inserted_primary_key
-                assert new_id is not None
-                entry_id = int(new_id[0])
+                entry_id = _insert(
+                    conn,
+                    _E,
+                    device_id=device_id,
+                    key_id=key_id,
+                    candidate_set_id=set_id,
+                    created_at=now,
+                    **values,
+                )
             else:
                 conn.execute(update(_E).where(_E.c.id == entry_id).values(**values))
                 conn.execute(delete(_T).where(_T.c.entry_id == entry_id))
             if record is not None and blob is not None:
-                self._insert_record(conn, int(entry_id), record, blob, heuristic, now)
+                self._insert_record(conn, entry_id, record, blob, heuristic, now)
             entry = self._entries(conn, _E.c.id == entry_id)[0]
         self._device_id = device_id
         return entry
@@ -424,27 +415,26 @@ class Cache:
             if heuristic is not None
             else None
         )
-        new_id = conn.execute(
-            insert(_T).values(
-                entry_id=entry_id,
-                format_version=codec.FORMAT_VERSION,
-                best=None if best is None else best.name,
-                best_median_s=None if best is None else best.median,
-                heuristic_median_s=None if heuristic_timing is None else heuristic_timing.median,
-                candidates_count=len(record.candidates),
-                samples_count=sum(len(c.samples) for c in record.candidates),
-                failures_count=sum(1 for c in record.candidates if c.error is not None),
-                created_at=now,
-                data=blob,
-            )
-        ).inserted_primary_key
-        assert new_id is not None
+        record_id = _insert(
+            conn,
+            _T,
+            entry_id=entry_id,
+            format_version=codec.FORMAT_VERSION,
+            best=None if best is None else best.name,
+            best_median_s=None if best is None else best.median,
+            heuristic_median_s=None if heuristic_timing is None else heuristic_timing.median,
+            candidates_count=len(record.candidates),
+            samples_count=sum(len(c.samples) for c in record.candidates),
+            failures_count=sum(1 for c in record.candidates if c.error is not None),
+            created_at=now,
+            data=blob,
+        )
         if record.candidates:
             conn.execute(
                 insert(_CT),
                 [
                     {
-                        "record_id": int(new_id[0]),
+                        "record_id": record_id,
                         "name": c.name,
                         "median_s": c.median,
                         "min_s": c.min,
@@ -593,9 +583,7 @@ class Cache:
                 select(_M.c.id).where(_M.c.name == model, _M.c.fingerprint == fingerprint)
             ).scalar()
             if model_id is None:
-                model_id = conn.execute(
-                    insert(_M).values(name=model, fingerprint=fingerprint, created_at=now)
-                ).inserted_primary_key[0]  # type: ignore[index]
+                model_id = _insert(conn, _M, name=model, fingerprint=fingerprint, created_at=now)
             values = {
                 "verdict": verdict,
                 "gain": gain,
@@ -624,23 +612,23 @@ class Cache:
         or failed when the block ends, so a crash leaves a visible "running" row behind.
         """
         with self._write() as conn:
-            run_id = conn.execute(
-                insert(_R).values(
-                    kind=kind,
-                    status="running",
-                    device_id=self._device_row(conn),
-                    tool_version=__version__,
-                    hostname=socket.gethostname(),
-                    platform=platform.platform(),
-                    python_version=sys.version.split()[0],
-                    pid=os.getpid(),
-                    started_at=utcnow(),
-                    notes=notes,
-                )
-            ).inserted_primary_key[0]  # type: ignore[index]
+            run_id = _insert(
+                conn,
+                _R,
+                kind=kind,
+                status="running",
+                device_id=self._device_row(conn),
+                tool_version=__version__,
+                hostname=socket.gethostname(),
+                platform=platform.platform(),
+                python_version=sys.version.split()[0],
+                pid=os.getpid(),
+                started_at=utcnow(),
+                notes=notes,
+            )
         status = "failed"
         try:
-            yield int(run_id)
+            yield run_id
             status = "finished"
         except KeyboardInterrupt:
             status = "interrupted"

@@ -66,25 +66,19 @@ def is_busy(error: BaseException) -> bool:
     return False
 
 
-def _busy_message(path: Path, timeout: float) -> str:
-    return f"cache database {path} is locked by another writer (waited up to {timeout:g} s)"
-
-
 @contextlib.contextmanager
 def busy_errors(path: Path, timeout: float) -> Iterator[None]:
     """Turn a lock wait that ran out into StoreBusyError, and other driver errors into
     StoreError, each one line."""
     try:
         yield
-    except exc.DBAPIError as error:
+    # sqlite3.Error comes from the stdlib connections that inspect files; DBAPIError wraps it.
+    except (exc.DBAPIError, sqlite3.Error) as error:
         if is_busy(error):
-            raise StoreBusyError(_busy_message(path, timeout)) from error
-        orig = getattr(error, "orig", error)
-        raise StoreError(f"cache database {path}: {orig}") from error
-    except sqlite3.Error as error:  # raised by the stdlib connections that inspect files
-        if is_busy(error):
-            raise StoreBusyError(_busy_message(path, timeout)) from error
-        raise StoreError(f"cache database {path}: {error}") from error
+            raise StoreBusyError(
+                f"cache database {path} is locked by another writer (waited up to {timeout:g} s)"
+            ) from error
+        raise StoreError(f"cache database {path}: {getattr(error, 'orig', error)}") from error
 
 
 def _use_wal(cursor: Any, path: Path, timeout: float) -> None:
