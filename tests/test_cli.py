@@ -38,7 +38,7 @@ def test_where_creates_the_cache_and_prints_its_path(_isolated_cache_root: Path)
     device = detect()
     db = _isolated_cache_root / "tune" / __version__ / f"{device.cpu}-t{device.threads}"
     assert re.search(rf"^database: +{re.escape(str(db / 'cache.db'))}$", done.stdout, re.MULTILINE)
-    assert re.search(r"^revision: +0002$", done.stdout, re.MULTILINE)
+    assert re.search(r"^revision: +0003$", done.stdout, re.MULTILINE)
     assert re.search(r"^entries: +0$", done.stdout, re.MULTILINE)
     assert (db / "cache.db").is_file()
 

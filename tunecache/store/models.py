@@ -38,6 +38,7 @@ __all__ = [
     "CandidateSet",
     "CandidateTimingRow",
     "DECISIONS_VIEW",
+    "READ_VIEWS",
     "DeviceRow",
     "EntryRow",
     "KeyRow",
@@ -319,11 +320,58 @@ JOIN devices d ON d.id = e.device_id
 JOIN candidate_sets cs ON cs.id = e.candidate_set_id
 """
 
-# create_all makes a new database in one step; the view must come with the tables.
+#: The resolver's read contract (migration 0003): stdlib sqlite3 reads these views and nothing
+#: else, so the hot path never imports SQLAlchemy. Every `_v1` column keeps its meaning forever;
+#: an incompatible change adds `_v2` views beside them.
+READ_VIEWS = {
+    "read_entries_v1": """
+CREATE VIEW read_entries_v1 AS
+SELECT
+    e.id AS entry_id,
+    k.text AS key,
+    k.signature AS signature,
+    k.dims AS dims,
+    cs.checksum AS checksum,
+    e.choice AS choice,
+    e.heuristic AS heuristic,
+    e.status AS status,
+    d.fingerprint AS device,
+    e.updated_at AS updated_at
+FROM entries e
+JOIN keys k ON k.id = e.key_id
+JOIN candidate_sets cs ON cs.id = e.candidate_set_id
+JOIN devices d ON d.id = e.device_id
+""",
+    "read_verdicts_v1": """
+CREATE VIEW read_verdicts_v1 AS
+SELECT
+    v.entry_id AS entry_id,
+    m.name AS model,
+    m.fingerprint AS model_fingerprint,
+    v.verdict AS verdict,
+    v.gain AS gain,
+    v.updated_at AS updated_at
+FROM validations v
+JOIN models m ON m.id = v.model_id
+""",
+    "read_candidates_v1": """
+CREATE VIEW read_candidates_v1 AS
+SELECT
+    cs.signature AS signature,
+    cs.checksum AS checksum,
+    c.position AS position,
+    c.name AS name
+FROM candidate_sets cs
+JOIN candidates c ON c.set_id = cs.id
+""",
+}
+
+# create_all makes a new database in one step; the views must come with the tables.
 # (DDL's constructor carries no annotations in SQLAlchemy 2.x, hence the ignores.)
-event.listen(Base.metadata, "after_create", DDL(DECISIONS_VIEW))  # type: ignore[no-untyped-call]
-event.listen(
-    Base.metadata,
-    "before_drop",
-    DDL("DROP VIEW IF EXISTS decisions"),  # type: ignore[no-untyped-call]
-)
+for _name, _sql in {"decisions": DECISIONS_VIEW, **READ_VIEWS}.items():
+    event.listen(Base.metadata, "after_create", DDL(_sql))  # type: ignore[no-untyped-call]
+    event.listen(
+        Base.metadata,
+        "before_drop",
+        DDL(f"DROP VIEW IF EXISTS {_name}"),  # type: ignore[no-untyped-call]
+    )
