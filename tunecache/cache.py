@@ -604,6 +604,28 @@ class Cache:
                     )
                 )
 
+    def _insert_run(
+        self, conn: Connection, kind: str, notes: str | None, *, status: str = "running"
+    ) -> int:
+        """Write a `runs` row inside the caller's transaction; a run already over when it is
+        logged (an import done in one transaction) passes its final status."""
+        now = utcnow()
+        return _insert(
+            conn,
+            _R,
+            kind=kind,
+            status=status,
+            device_id=self._device_row(conn),
+            tool_version=__version__,
+            hostname=socket.gethostname(),
+            platform=platform.platform(),
+            python_version=sys.version.split()[0],
+            pid=os.getpid(),
+            started_at=now,
+            finished_at=None if status == "running" else now,
+            notes=notes,
+        )
+
     @contextlib.contextmanager
     def run(self, kind: str, notes: str | None = None) -> Iterator[int]:
         """Log a session of work (tuning, validation, import) in the `runs` table.
@@ -612,20 +634,7 @@ class Cache:
         or failed when the block ends, so a crash leaves a visible "running" row behind.
         """
         with self._write() as conn:
-            run_id = _insert(
-                conn,
-                _R,
-                kind=kind,
-                status="running",
-                device_id=self._device_row(conn),
-                tool_version=__version__,
-                hostname=socket.gethostname(),
-                platform=platform.platform(),
-                python_version=sys.version.split()[0],
-                pid=os.getpid(),
-                started_at=utcnow(),
-                notes=notes,
-            )
+            run_id = self._insert_run(conn, kind, notes)
         status = "failed"
         try:
             yield run_id
