@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from tunecache.cache import Cache, Entry
     from tunecache.cache import open_cache as open
     from tunecache.codec import CandidateTiming, TimingRecord
+    from tunecache.dispatch import Tunable, profile, tunable
+    from tunecache.resolve import Answer, Table, current, set_default, using
 
 __all__ = [
     "__version__",
@@ -48,6 +50,15 @@ __all__ = [
     "Entry",
     "TimingRecord",
     "open",
+    # the hot path
+    "Answer",
+    "Table",
+    "Tunable",
+    "current",
+    "profile",
+    "set_default",
+    "tunable",
+    "using",
     # errors
     "BadKeyError",
     "BadRecordError",
@@ -67,11 +78,20 @@ _LAZY = {
     "open": ("tunecache.cache", "open_cache"),
     "CandidateTiming": ("tunecache.codec", "CandidateTiming"),
     "TimingRecord": ("tunecache.codec", "TimingRecord"),
+    "Answer": ("tunecache.resolve", "Answer"),
+    "Table": ("tunecache.resolve", "Table"),
+    "current": ("tunecache.resolve", "current"),
+    "set_default": ("tunecache.resolve", "set_default"),
+    "using": ("tunecache.resolve", "using"),
+    "Tunable": ("tunecache.dispatch", "Tunable"),
+    "profile": ("tunecache.dispatch", "profile"),
+    "tunable": ("tunecache.dispatch", "tunable"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only.
+    # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only; the
+    # resolver's load sqlite3, which a program that never consults a cache need not pay for.
     if name in _LAZY:
         import importlib
 

@@ -1,0 +1,321 @@
+"""Dispatch: make a Python function tunable, so that each call runs the candidate the table picks.
+
+    @tunecache.tunable("matmul_F32", dims=("m", "k", "n"),
+                       shape=lambda a, b: (a.shape[0], a.shape[1], b.shape[1]))
+    def matmul(a, b):              # the heuristic's pick, candidate "matmul"
+        return a @ b
+
+    @matmul.candidate("blocked")
+    def _(a, b): ...
+
+A call builds its raw shape tuple with the `shape` function, looks it up in a memo of the current
+table (`tunecache.resolve.current()`), and calls the chosen function. Only the first call of each
+shape builds a Key and resolves it; every later one is a dictionary hit.
+
+Profiling (`with tunecache.dispatch.profile() as p:`) records calls and time per key, so the tuner
+can screen the keys that carry the time. When no profile is active, a call pays one global read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
+
+from tunecache import resolve as _resolve
+from tunecache.errors import BadArgumentError, BadKeyError
+from tunecache.keys import Key, make_key
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["Profile", "ProfileRow", "Tunable", "profile", "registry", "tunable"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_current = _resolve._current
+_registry: dict[str, Tunable[Any, Any]] = {}
+_profile: Profile | None = None
+
+
+def registry() -> dict[str, Tunable[Any, Any]]:
+    """Every tunable op of this process, by signature (a copy)."""
+    return dict(_registry)
+
+
+class Tunable(Generic[P, R]):
+    """A function with several legal implementations, dispatched through the current table."""
+
+    def __init__(
+        self,
+        signature: str,
+        *,
+        dims: Sequence[str],
+        shape: Callable[P, tuple[int, ...]],
+        candidates: Mapping[str, Callable[P, R]],
+        heuristic: str | Callable[..., str],
+        facts: Callable[P, tuple[str, ...]] | None = None,
+        register: bool = True,
+    ) -> None:
+        """Declare a tunable op.
+
+        `dims` names the sizes `shape(*args, **kwargs)` returns, in order. `facts`, if given,
+        returns extra signature tokens from the arguments (a dtype, a layout: "F32", "aconst"),
+        appended to `signature`. `heuristic` is the runtime's own pick: a candidate name, or a
+        function of the dim values that returns one.
+        """
+        # make_key checks the signature and the dim names once, here, not on every call.
+        try:
+            make_key(signature, [(name, 1) for name in dims])
+        except (BadKeyError, TypeError) as error:
+            raise BadArgumentError(f"bad tunable {signature!r}: {error}") from None
+        if not candidates:
+            raise BadArgumentError(f"tunable {signature!r} needs at least one candidate")
+        self.signature = signature
+        self.dims = tuple(dims)
+        self._shape = shape
+        self._facts = facts
+        self._heuristic = heuristic
+        self._candidates: dict[str, Callable[P, R]] = {}
+        self._token = object()
+        # (table, memo) of the last table seen: one identity test finds the memo on a hit.
+        self._last: tuple[object, dict[Any, Callable[P, R]]] = (None, {})
+        self._keys: dict[Any, tuple[Key, _resolve.Answer]] = {}
+        self._lock = threading.Lock()
+        for name, function in candidates.items():
+            self.add(name, function)
+        if isinstance(heuristic, str) and heuristic not in self._candidates:
+            raise BadArgumentError(f"heuristic {heuristic!r} is not one of the candidates")
+        if register:
+            _registry[signature] = self
+
+    # -- declaring -----------------------------------------------------------------------------
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The legal candidates' names, in declaration order (their checksum is the list's)."""
+        return tuple(self._candidates)
+
+    def add(self, name: str, function: Callable[P, R]) -> None:
+        """Add a legal candidate; every memo starts over, as the candidate list changed."""
+        if not isinstance(name, str) or not name:
+            raise BadArgumentError("a candidate is named by a non-empty string")
+        if not callable(function):
+            raise BadArgumentError(f"candidate {name!r} is not callable")
+        with self._lock:
+            self._candidates[name] = function
+            self._token = object()
+            self._last = (None, {})
+            self._keys = {}
+
+    def candidate(self, name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorator form of `add`."""
+
+        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+            self.add(name, function)
+            return function
+
+        return decorate
+
+    # -- calling -------------------------------------------------------------------------------
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        table = _current.get()
+        if table is None:
+            table = _resolve._default
+        last_table, memo = self._last
+        if last_table is not table:
+            memo = self._memo_for(table)
+        raw: Any = self._shape(*args, **kwargs)
+        if self._facts is not None:
+            raw = (self._facts(*args, **kwargs), raw)
+        function = memo.get(raw)
+        if function is None:
+            function = self._miss(table, memo, raw)
+        if _profile is None:
+            return function(*args, **kwargs)
+        result: R = _profile._timed(self, raw, function, args, kwargs)
+        return result
+
+    def _memo_for(self, table: _resolve.Table) -> dict[Any, Callable[P, R]]:
+        memo = table._dispatch.get(self._token)
+        if memo is None:
+            memo = table._dispatch.setdefault(self._token, {})
+        self._last = (table, memo)
+        return memo
+
+    def _split(self, raw: Any) -> tuple[str, tuple[int, ...]]:
+        if self._facts is None:
+            return self.signature, raw
+        facts, values = raw
+        return "_".join((self.signature, *facts)), values
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> Key:
+        """The key a call with these arguments resolves."""
+        raw: Any = self._shape(*args, **kwargs)
+        if self._facts is not None:
+            raw = (self._facts(*args, **kwargs), raw)
+        return self._key(raw)
+
+    def _key(self, raw: Any) -> Key:
+        signature, values = self._split(raw)
+        if len(values) != len(self.dims):
+            raise BadArgumentError(
+                f"{self.signature}: shape gave {len(values)} sizes for dims {self.dims}"
+            )
+        return make_key(signature, list(zip(self.dims, values, strict=True)))
+
+    def _pick_heuristic(self, key: Key) -> str:
+        if isinstance(self._heuristic, str):
+            return self._heuristic
+        name = self._heuristic(*(value for _, value in key.dims))
+        if name not in self._candidates:
+            raise BadArgumentError(f"{self.signature}: the heuristic picked unknown {name!r}")
+        return name
+
+    def resolve(self, *args: P.args, **kwargs: P.kwargs) -> _resolve.Answer:
+        """What the current table answers for a call with these arguments (no call is made)."""
+        key = self.key(*args, **kwargs)
+        return _resolve.current().resolve(key, self.candidates, self._pick_heuristic(key))
+
+    def _miss(
+        self, table: _resolve.Table, memo: dict[Any, Callable[P, R]], raw: Any
+    ) -> Callable[P, R]:
+        key = self._key(raw)
+        answer = table.resolve(key, self.candidates, self._pick_heuristic(key))
+        function = self._candidates[answer.choice]
+        self._keys[raw] = (key, answer)
+        if len(memo) >= _resolve.MEMO_LIMIT:
+            memo.clear()
+        memo[raw] = function
+        return function
+
+    def __repr__(self) -> str:
+        return f"<Tunable {self.signature} dims={self.dims} candidates={list(self._candidates)}>"
+
+
+def tunable(
+    signature: str,
+    *,
+    dims: Sequence[str],
+    shape: Callable[P, tuple[int, ...]],
+    candidates: Mapping[str, Callable[P, R]] | None = None,
+    heuristic: str | Callable[..., str] | None = None,
+    facts: Callable[P, tuple[str, ...]] | None = None,
+) -> Callable[[Callable[P, R]], Tunable[P, R]]:
+    """Decorator: the decorated function becomes a candidate named after it, and the heuristic's
+    pick unless `heuristic` says otherwise; `candidates` adds the others."""
+
+    def decorate(function: Callable[P, R]) -> Tunable[P, R]:
+        name = function.__name__
+        return Tunable(
+            signature,
+            dims=dims,
+            shape=shape,
+            candidates={name: function, **(candidates or {})},
+            heuristic=name if heuristic is None else heuristic,
+            facts=facts,
+        )
+
+    return decorate
+
+
+# -- profiling ---------------------------------------------------------------------------------
+
+
+class ProfileRow(NamedTuple):
+    """One key's share of a profiled run."""
+
+    key: Key
+    calls: int
+    seconds: float
+    choice: str
+    source: str
+
+
+class Profile:
+    """Calls and time per key while active; see `profile()`."""
+
+    def __init__(self) -> None:
+        self._stats: dict[tuple[Tunable[Any, Any], Any], list[int]] = {}
+        self._lock = threading.Lock()
+        self._previous: Profile | None = None
+
+    def _timed(
+        self,
+        op: Tunable[Any, Any],
+        raw: Any,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter_ns() - start
+            with self._lock:
+                stat = self._stats.get((op, raw))
+                if stat is None:
+                    self._stats[op, raw] = [1, elapsed]
+                else:
+                    stat[0] += 1
+                    stat[1] += elapsed
+
+    def rows(self) -> list[ProfileRow]:
+        """Every key seen, the heaviest first."""
+        out = []
+        with self._lock:
+            stats = list(self._stats.items())
+        for (op, raw), (calls, nanos) in stats:
+            key, answer = op._keys.get(raw) or (op._key(raw), None)
+            choice = answer.choice if answer else ""
+            source = answer.source if answer else ""
+            out.append(ProfileRow(key, calls, nanos / 1e9, choice, source))
+        out.sort(key=lambda r: (-r.seconds, r.key))
+        return out
+
+    def heavy(self, share: float = 0.9) -> list[ProfileRow]:
+        """The fewest heaviest keys that together carry `share` of the profiled time."""
+        if not 0 < share <= 1:
+            raise BadArgumentError(f"share is in (0, 1], got {share!r}")
+        rows = self.rows()
+        total = sum(r.seconds for r in rows)
+        picked: list[ProfileRow] = []
+        covered = 0.0
+        for row in rows:
+            if covered >= share * total:
+                break
+            picked.append(row)
+            covered += row.seconds
+        return picked
+
+    def counters(self) -> dict[str, int]:
+        """Calls by the source of their answer."""
+        counts = dict.fromkeys(_resolve.SOURCES, 0)
+        for row in self.rows():
+            if row.source:
+                counts[row.source] += row.calls
+        return counts
+
+    def __enter__(self) -> Profile:
+        global _profile
+        self._previous = _profile
+        _profile = self
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        global _profile
+        _profile = self._previous
+
+
+def profile() -> Profile:
+    """Record calls and time per key of every tunable op, process-wide, inside a `with` block."""
+    return Profile()

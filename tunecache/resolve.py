@@ -1,0 +1,913 @@
+"""The resolver: which candidate should this call use?
+
+Every op of every model asks this on the hot path, so the answer comes from memory. A `Table` is a
+read-only snapshot of one device's decisions as seen by one model; it is filled lazily, one
+signature at a time, from the database through the stdlib `sqlite3` module and the versioned
+read-contract views (`read_*_v1`, migration 0003). Neither SQLAlchemy nor Alembic is imported here,
+and numpy only when a signature first needs a nearest-shape search.
+
+Resolution, for a key, the caller's legal candidates and the caller's heuristic pick:
+
+1. the key's entry is masked for this model -> the heuristic (the entry stays for other models);
+2. an entry for the exact key and the same candidate list, whose choice is legal -> its choice;
+3. the nearest tuned shape of the same signature and candidate list, within `max_distance`
+   (summed |log2 ratio| over the dims; dims a model declared symbolic are not capped) -> its
+   choice, reported as borrowed, with the distance;
+4. otherwise the heuristic.
+
+A missing cache answers the heuristic everywhere, silently: no cache means no change. An
+unreadable one answers the heuristic too, with one `TunecacheWarning`, and the host keeps running.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tunecache.candidates import candidate_names, checksum
+from tunecache.errors import BadArgumentError, BadKeyError, TunecacheWarning
+from tunecache.keys import Key, format_key, make_key, parse
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from tunecache.device import Device
+
+__all__ = [
+    "DEFAULT_MAX_DISTANCE",
+    "SOURCES",
+    "USES",
+    "Answer",
+    "Explanation",
+    "Table",
+    "current",
+    "set_default",
+    "using",
+]
+
+#: where an answer came from
+SOURCES = ("exact", "nearest", "masked", "heuristic")
+
+#: which entries a table serves: validated by any model or accepted (the default), validated by
+#: this model itself, or every entry that is not rejected (for tuning and exploration)
+USES = ("validated", "own", "all")
+
+#: Borrow a decision across at most a factor of 2 in total: the distance is the sum of the dims'
+#: |log2 ratio|, so no single dim is ever more than 2x away either.
+DEFAULT_MAX_DISTANCE = 1.0
+
+#: Answers remembered per table before the memo starts over (a guard against unbounded shapes).
+MEMO_LIMIT = 1 << 20
+
+# Floating-point slack when comparing log-space distances (exact powers of two tie exactly).
+_EPS = 1e-9
+
+
+class Answer(NamedTuple):
+    """What the resolver answered and why."""
+
+    #: the candidate to run: always one of the caller's legal candidates
+    choice: str
+    #: "exact", "nearest", "masked" or "heuristic"
+    source: str
+    #: the entry the answer rests on (None for the heuristic, or an in-memory decision)
+    entry_id: int | None = None
+    #: summed |log2 ratio| to the entry's shape: 0.0 for exact, None when no entry answered
+    distance: float | None = None
+    #: the tuned key the answer was borrowed from (nearest only)
+    borrowed_from: Key | None = None
+
+
+class Explanation(NamedTuple):
+    """How a key resolves for a table, step by step, for people."""
+
+    key: Key
+    answer: Answer | None
+    steps: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form: stable field names for scripts."""
+        answer = self.answer
+        return {
+            "key": format_key(self.key),
+            "choice": None if answer is None else answer.choice,
+            "source": None if answer is None else answer.source,
+            "entry_id": None if answer is None else answer.entry_id,
+            "distance": None if answer is None else answer.distance,
+            "borrowed_from": (
+                None
+                if answer is None or answer.borrowed_from is None
+                else format_key(answer.borrowed_from)
+            ),
+            "steps": list(self.steps),
+        }
+
+
+# -- one signature's tuned shapes ---------------------------------------------------------------
+
+
+def _log2(value: int) -> float:
+    # A size of 0 (an empty tensor) counts as 1/2, one octave below 1, so it stays comparable.
+    return math.log2(value) if value > 0 else -1.0
+
+
+def _parse_dims(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Split the read contract's `dims` column ("m=288 k=96") into names and values."""
+    if not text:
+        return (), ()
+    names = []
+    values = []
+    for part in text.split(" "):
+        name, _, value = part.partition("=")
+        names.append(name)
+        values.append(int(value))
+    return tuple(names), tuple(values)
+
+
+class _Row(NamedTuple):
+    entry_id: int | None
+    values: tuple[int, ...]
+    choice: str
+
+
+def _tie_order(row: _Row) -> tuple[tuple[int, ...], int]:
+    return row.values, row.entry_id or 0
+
+
+class _Group:
+    """The usable tuned shapes of one signature, candidate list and list of dim names."""
+
+    def __init__(self, names: tuple[str, ...], rows: list[_Row], symbolic: frozenset[str]) -> None:
+        self.names = names
+        # Sorted by shape then id, so every tie below is broken by the same rule.
+        self.rows = sorted(rows, key=_tie_order)
+        self.exact = {row.values: row for row in self.rows}
+        self.capped = [i for i, name in enumerate(names) if name not in symbolic]
+        self.free = [i for i, name in enumerate(names) if name in symbolic]
+        self._arrays: tuple[Any, ...] | None = None
+
+    def _build(self) -> tuple[Any, ...]:
+        # numpy is imported here, on the first nearest-shape search of a signature, and never
+        # by a process whose keys are all exact hits.
+        import numpy as np
+
+        logs = np.array(
+            [[_log2(v) for v in row.values] for row in self.rows], dtype=np.float64
+        ).reshape(len(self.rows), len(self.names))
+        # Prune by one capped dim: rows further than the cap on it cannot qualify. Pick the dim
+        # with the most distinct sizes, so the slice left to scan is the narrowest.
+        if self.capped:
+            axis = max(self.capped, key=lambda i: len(np.unique(logs[:, i])))
+            order = np.argsort(logs[:, axis], kind="stable")
+        else:
+            axis = -1
+            order = np.arange(len(self.rows))
+        columns = [np.ascontiguousarray(logs[order, i]) for i in range(len(self.names))]
+        self._arrays = (np, axis, order, columns)
+        return self._arrays
+
+    def nearest(self, values: tuple[int, ...], cap: float) -> tuple[_Row, float] | None:
+        """The closest usable shape within `cap` on the capped dims, or None."""
+        if not self.rows:
+            return None
+        np, axis, order, columns = self._arrays or self._build()
+        q = [_log2(v) for v in values]
+        lo, hi = 0, len(self.rows)
+        if axis >= 0:
+            lo = int(np.searchsorted(columns[axis], q[axis] - cap - _EPS, side="left"))
+            hi = int(np.searchsorted(columns[axis], q[axis] + cap + _EPS, side="right"))
+            if lo >= hi:
+                return None
+        capped = np.zeros(hi - lo)
+        for i in self.capped:
+            capped += np.abs(columns[i][lo:hi] - q[i])
+        total = capped.copy()
+        for i in self.free:
+            total += np.abs(columns[i][lo:hi] - q[i])
+        total[capped > cap + _EPS] = np.inf
+        best = float(total.min())
+        if not math.isfinite(best):
+            return None
+        # Ties: the smallest shape, then the smallest entry id (rows are sorted that way).
+        tied = np.flatnonzero(total <= best + _EPS) + lo
+        row = min((self.rows[int(order[i])] for i in tied), key=_tie_order)
+        return row, best
+
+    def ranked(self, values: tuple[int, ...], limit: int) -> list[tuple[_Row, float, float]]:
+        """The `limit` closest shapes with (capped distance, total distance), for explain."""
+        q = [_log2(v) for v in values]
+        scored = []
+        for row in self.rows:
+            logs = [_log2(v) for v in row.values]
+            capped = sum(abs(logs[i] - q[i]) for i in self.capped)
+            free = sum(abs(logs[i] - q[i]) for i in self.free)
+            scored.append((capped + free, row.values, row, capped))
+        scored.sort(key=lambda s: (s[0], s[1], s[2].entry_id or 0))
+        return [(row, capped, total) for total, _, row, capped in scored[:limit]]
+
+
+class _Index:
+    """Everything a table knows about one signature and candidate-list checksum."""
+
+    def __init__(self, groups: dict[tuple[str, ...], _Group], masked: dict[Key, int | None]):
+        self.groups = groups
+        #: keys whose entry this table's model masked, with the entry id
+        self.masked = masked
+
+
+# -- reading the database -----------------------------------------------------------------------
+
+
+class _Broken(Exception):
+    """The database cannot be read; the message says why, for the one warning."""
+
+
+class _Reader:
+    """Read-only access to one cache database through the read-contract views."""
+
+    def __init__(self, path: Path, device_fingerprint: str, timeout: float) -> None:
+        self.path = path
+        self.device = device_fingerprint
+        self.timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        #: whether the file existed when first read; a missing file is an empty cache
+        self.missing = False
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # A connection inherited across fork() must never be used by the child: open anew.
+        self._conn = None
+        if not self.path.exists():
+            self.missing = True
+            return None
+        conn = self._open("mode=ro")
+        try:
+            self._check(conn)
+        except sqlite3.OperationalError as error:
+            if "unable to open" not in str(error):
+                raise
+            # A WAL database in a folder we cannot write (no -shm to map): read the main file
+            # as it stands. It holds every checkpointed decision, so answers are older, not wrong.
+            conn.close()
+            conn = self._open("immutable=1")
+            self._check(conn)
+        self._conn = conn
+        self._pid = os.getpid()
+        return conn
+
+    def _open(self, mode: str) -> sqlite3.Connection:
+        uri = f"{self.path.as_uri()}?{mode}"
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only = 1")
+        return conn
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        found = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'view' AND name LIKE 'read_%_v1'"
+            )
+        }
+        missing = {"read_entries_v1", "read_verdicts_v1", "read_candidates_v1"} - found
+        if missing:
+            raise _Broken(
+                f"cache database {self.path} lacks the views {', '.join(sorted(missing))}"
+                "; it predates tunecache's resolver or is not a tunecache cache. Open it once "
+                "with tunecache.open() to upgrade it"
+            )
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def point(self, key_text: str, checksum_: str) -> tuple[int, str, str, list[Any]] | None:
+        """The entry of exactly this key and list on this device, with its verdicts."""
+        conn = self._connect()
+        if conn is None:
+            return None
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute(
+                "SELECT entry_id, choice, status FROM read_entries_v1"
+                " WHERE key = ? AND checksum = ? AND device = ?",
+                (key_text, checksum_, self.device),
+            ).fetchone()
+            if row is None:
+                return None
+            verdicts = conn.execute(
+                "SELECT model, model_fingerprint, verdict FROM read_verdicts_v1 WHERE entry_id = ?",
+                (row[0],),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return row[0], row[1], row[2], verdicts
+
+    def signature(
+        self, signature: str, checksum_: str
+    ) -> tuple[list[tuple[int, str, str, str]], dict[int, list[Any]]]:
+        """Every entry of a signature and list on this device, and their verdicts."""
+        conn = self._connect()
+        if conn is None:
+            return [], {}
+        conn.execute("BEGIN")
+        try:
+            rows = conn.execute(
+                "SELECT entry_id, dims, choice, status FROM read_entries_v1"
+                " WHERE signature = ? AND checksum = ? AND device = ?",
+                (signature, checksum_, self.device),
+            ).fetchall()
+            verdicts: dict[int, list[Any]] = {}
+            for entry_id, model, fingerprint, verdict in conn.execute(
+                "SELECT v.entry_id, v.model, v.model_fingerprint, v.verdict"
+                " FROM read_verdicts_v1 v JOIN read_entries_v1 e ON e.entry_id = v.entry_id"
+                " WHERE e.signature = ? AND e.checksum = ? AND e.device = ?",
+                (signature, checksum_, self.device),
+            ):
+                verdicts.setdefault(entry_id, []).append((model, fingerprint, verdict))
+        finally:
+            conn.execute("COMMIT")
+        return rows, verdicts
+
+    def candidate_sets(self, signature: str) -> list[tuple[str, tuple[str, ...]]]:
+        """The candidate lists stored for a signature (for explain), newest checksum last."""
+        conn = self._connect()
+        if conn is None:
+            return []
+        sets: dict[str, list[str]] = {}
+        for checksum_, name in conn.execute(
+            "SELECT checksum, name FROM read_candidates_v1 WHERE signature = ?"
+            " ORDER BY checksum, position",
+            (signature,),
+        ):
+            sets.setdefault(checksum_, []).append(name)
+        return [(sum_, tuple(names)) for sum_, names in sets.items()]
+
+
+# -- the table -----------------------------------------------------------------------------------
+
+
+def _check_scenarios(scenarios: object) -> dict[str, tuple[int, ...]]:
+    if scenarios is None:
+        return {}
+    if not isinstance(scenarios, Mapping):
+        raise BadArgumentError("scenarios map a symbolic dim name to its tuned sizes")
+    out: dict[str, tuple[int, ...]] = {}
+    for name, sizes in scenarios.items():
+        try:
+            # make_key checks the name and every size by the rules of a key's dims.
+            tuned = {make_key("scenario", [(name, size)]).dims[0][1] for size in sizes}
+        except (BadKeyError, TypeError) as error:
+            raise BadArgumentError(f"bad scenario {name!r}: {error}") from None
+        if not tuned:
+            raise BadArgumentError(f"scenario {name!r} names no tuned size")
+        out[name] = tuple(sorted(tuned))
+    return out
+
+
+class Table:
+    """A read-only view of one device's decisions, as one model sees them.
+
+    Tables are cheap to derive (`derive`) and safe to share between threads. A table is a
+    snapshot: `reload()` returns a fresh one that sees what was written since.
+    """
+
+    def __init__(
+        self,
+        reader: _Reader | None = None,
+        *,
+        model: str | None = None,
+        fingerprint: str | None = None,
+        use: str = "validated",
+        max_distance: float = DEFAULT_MAX_DISTANCE,
+        scenarios: Mapping[str, Iterable[int]] | None = None,
+        include: Iterable[int] = (),
+        exclude: Iterable[int] = (),
+        added: Mapping[tuple[str, str], list[tuple[Key, str]]] | None = None,
+    ) -> None:
+        if use not in USES:
+            raise BadArgumentError(f"use must be one of {USES}, got {use!r}")
+        if model is not None and (not isinstance(model, str) or not model):
+            raise BadArgumentError("a model is named by a non-empty string")
+        if use == "own" and model is None:
+            raise BadArgumentError("use='own' needs a model: whose validations count?")
+        if (
+            isinstance(max_distance, bool)
+            or not isinstance(max_distance, int | float)
+            or not 0 <= max_distance < math.inf
+        ):
+            raise BadArgumentError(
+                f"max_distance is a finite number >= 0 (0 borrows nothing), got {max_distance!r}"
+            )
+        self._reader = reader
+        self.model = model
+        self.fingerprint = fingerprint
+        self.use = use
+        self.max_distance = float(max_distance)
+        #: symbolic dims and their tuned sizes, as the model declared them
+        self.scenarios = _check_scenarios(scenarios)
+        self._symbolic = frozenset(self.scenarios)
+        self._include = frozenset(include)
+        self._exclude = frozenset(exclude)
+        self._added = {k: list(v) for k, v in (added or {}).items()}
+        self._added_exact = {
+            (key, sum_): choice for (_, sum_), items in self._added.items() for key, choice in items
+        }
+        self._memo: dict[tuple[Any, ...], Answer] = {}
+        self._sums: dict[tuple[str, ...], str] = {}
+        self._indexes: dict[tuple[str, str], _Index] = {}
+        self._counts = dict.fromkeys(SOURCES, 0)
+        self._lock = threading.RLock()
+        self._broken: str | None = None
+        #: per-tunable memos of the dispatch layer (tunecache.dispatch), keyed by its token
+        self._dispatch: dict[object, dict[Any, Any]] = {}
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        client: str = "tunecache",
+        client_version: str | None = None,
+        threads: int | None = None,
+        accelerator: str | None = None,
+        root: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = None,
+        device: Device | None = None,
+        model: str | None = None,
+        fingerprint: str | None = None,
+        use: str = "validated",
+        max_distance: float = DEFAULT_MAX_DISTANCE,
+        scenarios: Mapping[str, Iterable[int]] | None = None,
+        timeout: float = 5.0,
+    ) -> Table:
+        """A table over this device's cache (the same location rules as `tunecache.open`).
+
+        Nothing is read until the first question; a missing database is an empty table.
+        """
+        from tunecache import paths
+        from tunecache.device import detect
+
+        if device is None:
+            device = detect(
+                client=client,
+                client_version=client_version,
+                threads=threads,
+                accelerator=accelerator,
+            )
+        if path is not None and not str(path):
+            raise BadArgumentError("the database path must not be empty")
+        db = Path(path).absolute() if path is not None else paths.database_path(device, root)
+        reader = _Reader(db, device.fingerprint, timeout)
+        return cls(
+            reader,
+            model=model,
+            fingerprint=fingerprint,
+            use=use,
+            max_distance=max_distance,
+            scenarios=scenarios,
+        )
+
+    @classmethod
+    def empty(cls, **options: Any) -> Table:
+        """A table with no decisions: every answer is the heuristic."""
+        return cls(None, **options)
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "fingerprint": self.fingerprint,
+            "use": self.use,
+            "max_distance": self.max_distance,
+            "scenarios": self.scenarios,
+        }
+
+    def derive(
+        self,
+        *,
+        include: Iterable[int] = (),
+        exclude: Iterable[int] = (),
+        add: Iterable[tuple[Key | str, Sequence[str], str]] = (),
+        **options: Any,
+    ) -> Table:
+        """A new table over the same database with some decisions forced in or out.
+
+        `include` serves these entry ids whatever their status or verdicts, `exclude` never
+        serves them, and `add` serves in-memory decisions (key, candidates, choice) that are not
+        stored at all. Acceptance runs a model with and without an entry this way, back to back.
+        Other keyword arguments (model, use, max_distance, ...) replace this table's.
+        """
+        added = {k: list(v) for k, v in self._added.items()}
+        for key, candidates, choice in add:
+            key = parse(key) if isinstance(key, str) else key
+            names = candidate_names(candidates)
+            if choice not in names:
+                raise BadArgumentError(f"choice {choice!r} is not one of the candidates {names}")
+            added.setdefault((key.signature, checksum(names)), []).append((key, choice))
+        reader = self._reader
+        if reader is not None:
+            reader = _Reader(reader.path, reader.device, reader.timeout)
+        return Table(
+            reader,
+            include=self._include | frozenset(include),
+            exclude=self._exclude | frozenset(exclude),
+            added=added,
+            **{**self._options(), **options},
+        )
+
+    def reload(self) -> Table:
+        """A fresh table over the same database and options, seeing what was written since."""
+        return self.derive()
+
+    def close(self) -> None:
+        """Release the database connection (a later question reopens it)."""
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+
+    @property
+    def path(self) -> Path | None:
+        """The database this table reads, or None for an in-memory table."""
+        return None if self._reader is None else self._reader.path
+
+    def __repr__(self) -> str:
+        where = self.path or "in memory"
+        model = f" model={self.model}" if self.model else ""
+        return f"<Table {where}{model} use={self.use}>"
+
+    # -- the hot path ------------------------------------------------------------------------
+
+    def resolve(self, key: Key, candidates: Sequence[str], heuristic: str) -> Answer:
+        """Which of `candidates` should run for `key`; `heuristic` is the caller's own pick.
+
+        Pass `key` as a Key (a NamedTuple: cheap to build and hash) and `candidates` as a tuple:
+        a repeated question is then one dictionary lookup.
+        """
+        try:
+            return self._memo[key, candidates, heuristic]
+        except (KeyError, TypeError):
+            return self._answer(key, candidates, heuristic)
+
+    def choose(self, key: Key, candidates: Sequence[str], heuristic: str) -> str:
+        """The name of the candidate to run (`resolve(...).choice`)."""
+        try:
+            return self._memo[key, candidates, heuristic].choice
+        except (KeyError, TypeError):
+            return self._answer(key, candidates, heuristic).choice
+
+    def counters(self) -> dict[str, int]:
+        """How many distinct questions this table answered from each source."""
+        return dict(self._counts)
+
+    # -- the slow path -----------------------------------------------------------------------
+
+    def _answer(self, key: Key | str, candidates: Sequence[str], heuristic: str) -> Answer:
+        if isinstance(key, str):
+            key = parse(key)
+        elif not isinstance(key, Key):
+            raise BadArgumentError(f"a key is a tunecache.Key or its text, got {key!r}")
+        names = candidates if isinstance(candidates, tuple) else tuple(candidates)
+        try:
+            hash(names)
+        except TypeError:
+            raise BadArgumentError("candidates are names (strings)") from None
+        if not isinstance(heuristic, str) or heuristic not in names:
+            raise BadArgumentError(f"heuristic {heuristic!r} is not one of the candidates {names}")
+        with self._lock:
+            answer = self._memo.get((key, names, heuristic))
+            if answer is not None:
+                return answer
+            try:
+                answer = self._resolve(key, names, heuristic, None)
+            except _Transient:
+                # Answer now, but ask the database again next time.
+                self._counts["heuristic"] += 1
+                return Answer(heuristic, "heuristic")
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[key, names, heuristic] = answer
+            self._counts[answer.source] += 1
+            return answer
+
+    def _checksum(self, names: tuple[str, ...]) -> str:
+        found = self._sums.get(names)
+        if found is None:
+            found = self._sums[names] = checksum(candidate_names(names))
+        return found
+
+    def _judge(self, entry_id: int, status: str, verdicts: list[Any]) -> str | None:
+        """'use', 'masked' or None (not served) for an entry under this table's rules."""
+        if entry_id in self._exclude:
+            return None
+        if entry_id in self._include:
+            return "use"
+        mine = [
+            verdict
+            for model, fingerprint, verdict in verdicts
+            if model == self.model and (self.fingerprint is None or fingerprint == self.fingerprint)
+        ]
+        if "masked" in mine:
+            return "masked"
+        if status == "rejected":
+            return None
+        if self.use == "all":
+            return "use"
+        if self.use == "own":
+            return "use" if "validated" in mine else None
+        if status == "accepted" or any(v[2] == "validated" for v in verdicts):
+            return "use"
+        return None
+
+    def _read(self, what: Callable[[], Any], trace: list[str] | None) -> Any:
+        """Run a read against the database, turning any failure into one warning."""
+        if self._broken is not None:
+            return None
+        try:
+            return what()
+        except (_Broken, sqlite3.Error, OSError, ValueError) as error:
+            reason = str(error) if isinstance(error, _Broken) else f"{self.path}: {error}"
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                # Transient: answer the heuristic now, without remembering that answer.
+                warnings.warn(
+                    f"tunecache: cache busy, answering the heuristic for now ({reason})",
+                    TunecacheWarning,
+                    stacklevel=4,
+                )
+                raise _Transient from None
+            self._broken = reason
+            warnings.warn(
+                f"tunecache: cannot read the cache, every answer is the heuristic ({reason})",
+                TunecacheWarning,
+                stacklevel=4,
+            )
+            if trace is not None:
+                trace.append(f"the cache cannot be read: {reason}")
+            return None
+
+    def _index(self, signature: str, sum_: str, trace: list[str] | None) -> _Index:
+        found = self._indexes.get((signature, sum_))
+        if found is not None:
+            return found
+        rows: list[Any] = []
+        verdicts: dict[int, list[Any]] = {}
+        if self._reader is not None:
+            reader = self._reader
+            got = self._read(lambda: reader.signature(signature, sum_), trace)
+            if got is not None:
+                rows, verdicts = got
+        by_names: dict[tuple[str, ...], dict[tuple[int, ...], _Row]] = {}
+        masked: dict[Key, int | None] = {}
+        for entry_id, dims, choice, status in rows:
+            judged = self._judge(entry_id, status, verdicts.get(entry_id, []))
+            names, values = _parse_dims(dims)
+            if judged == "masked":
+                masked[Key(signature, tuple(zip(names, values, strict=True)))] = entry_id
+            elif judged == "use":
+                by_names.setdefault(names, {})[values] = _Row(entry_id, values, choice)
+        for key, choice in self._added.get((signature, sum_), []):
+            names = tuple(n for n, _ in key.dims)
+            values = tuple(v for _, v in key.dims)
+            by_names.setdefault(names, {})[values] = _Row(None, values, choice)
+            masked.pop(key, None)
+        index = _Index(
+            {
+                names: _Group(names, list(g.values()), self._symbolic)
+                for names, g in by_names.items()
+            },
+            masked,
+        )
+        self._indexes[signature, sum_] = index
+        return index
+
+    def _resolve(
+        self, key: Key, names: tuple[str, ...], heuristic: str, trace: list[str] | None
+    ) -> Answer:
+        """The answer for a key; `heuristic` is "" when explain does not know the caller's."""
+        sum_ = self._checksum(names)
+        if trace is not None:
+            trace.append(f"candidate list {list(names)} has checksum {sum_}")
+        answer = self._lookup(key, names, sum_, heuristic, trace)
+        if answer is None:
+            if trace is not None:
+                trace.append("nothing tuned answers: the heuristic")
+            answer = Answer(heuristic, "heuristic")
+        return answer
+
+    def _lookup(
+        self,
+        key: Key,
+        names: tuple[str, ...],
+        sum_: str,
+        heuristic: str,
+        trace: list[str] | None,
+    ) -> Answer | None:
+        # An in-memory decision (derive(add=...)) wins over anything stored.
+        added = self._added_exact.get((key, sum_))
+        if added is not None:
+            if trace is not None:
+                trace.append(f"an in-memory decision for this key chooses {added!r}")
+            return Answer(added, "exact", None, 0.0) if added in names else None
+
+        index = self._indexes.get((key.signature, sum_))
+        if index is None and self._reader is not None:
+            # Before a signature is loaded, one indexed query answers an exact hit: a process
+            # that only meets tuned keys never loads (or parses) the rest of the cache.
+            reader = self._reader
+            text = format_key(key)
+            got = self._read(lambda: reader.point(text, sum_), trace)
+            if got is not None:
+                entry_id, choice, status, verdicts = got
+                judged = self._judge(entry_id, status, verdicts)
+                if trace is not None:
+                    trace.append(_describe(entry_id, choice, status, verdicts, judged, self))
+                if judged == "masked":
+                    return Answer(heuristic, "masked", entry_id, 0.0)
+                if judged == "use":
+                    if choice in names:
+                        return Answer(choice, "exact", entry_id, 0.0)
+                    if trace is not None:
+                        trace.append(f"its choice {choice!r} is not a legal candidate any more")
+                    return None
+            elif trace is not None and self._broken is None:
+                trace.append("no entry for this exact key and candidate list")
+            if self._broken is not None:
+                return None
+        index = self._index(key.signature, sum_, trace)
+
+        masked_id = index.masked.get(key, -1)
+        if masked_id != -1:
+            if trace is not None:
+                trace.append(f"entry {masked_id} for this key is masked for model {self.model!r}")
+            return Answer(heuristic, "masked", masked_id, 0.0)
+        dim_names = tuple(n for n, _ in key.dims)
+        values = tuple(v for _, v in key.dims)
+        group = index.groups.get(dim_names)
+        if group is None:
+            if trace is not None:
+                trace.append(f"no usable tuned shape of {key.signature} with dims {dim_names}")
+            return None
+        row = group.exact.get(values)
+        if row is not None:
+            if row.choice in names:
+                if trace is not None:
+                    trace.append(f"entry {row.entry_id} for this exact key chooses {row.choice!r}")
+                return Answer(row.choice, "exact", row.entry_id, 0.0)
+            if trace is not None:
+                trace.append(f"entry {row.entry_id}'s choice {row.choice!r} is not legal any more")
+            return None
+        found = group.nearest(values, self.max_distance)
+        if trace is not None:
+            _trace_nearest(trace, group, values, self.max_distance, found)
+        if found is None:
+            return None
+        row, distance = found
+        if row.choice not in names:
+            return None
+        source = Key(key.signature, tuple(zip(dim_names, row.values, strict=True)))
+        return Answer(row.choice, "nearest", row.entry_id, distance, source)
+
+    # -- introspection -----------------------------------------------------------------------
+
+    def explain(
+        self,
+        key: Key | str,
+        candidates: Sequence[str] | None = None,
+        heuristic: str | None = None,
+    ) -> Explanation:
+        """How `key` resolves under this table, and why; the memo and counters are untouched.
+
+        Without `candidates`, each list stored for the key's signature is tried in turn. Without
+        `heuristic`, an answer from the heuristic has an empty choice: the caller's pick.
+        """
+        key = parse(key) if isinstance(key, str) else key
+        if heuristic is not None and candidates is not None and heuristic not in candidates:
+            raise BadArgumentError(f"heuristic {heuristic!r} is not one of the candidates")
+        steps: list[str] = [
+            f"model {self.model!r}, serving {self.use} entries"
+            if self.model is not None
+            else f"no model, so no masks; serving {self.use} entries"
+        ]
+        if self._reader is None:
+            steps.append("an in-memory table")
+        elif not self._reader.path.exists():
+            steps.append(f"no cache at {self._reader.path}: every answer is the heuristic")
+        answer: Answer | None = None
+        with self._lock:
+            try:
+                if candidates is not None:
+                    lists = [candidate_names(candidates)]
+                else:
+                    reader = self._reader
+                    stored = (
+                        self._read(lambda: reader.candidate_sets(key.signature), steps)
+                        if reader is not None
+                        else None
+                    )
+                    lists = [names for _, names in stored or []]
+                    if not lists:
+                        steps.append(f"no candidate list is stored for {key.signature}")
+                for names in lists:
+                    pick = heuristic if heuristic is not None and heuristic in names else ""
+                    answer = self._resolve(key, names, pick, steps)
+                    steps.append(
+                        f"answer: {answer.choice or 'the caller heuristic'} ({answer.source})"
+                    )
+            except _Transient:
+                steps.append("the cache is busy: the heuristic, for now")
+        return Explanation(key, answer, tuple(steps))
+
+
+class _Transient(Exception):
+    """A read failed for a passing reason (a lock); the answer must not be remembered."""
+
+
+def _describe(
+    entry_id: int, choice: str, status: str, verdicts: list[Any], judged: str | None, table: Table
+) -> str:
+    said = ", ".join(f"{m}: {v}" for m, _, v in verdicts) or "no model's verdict"
+    outcome = {
+        "use": "it is served",
+        "masked": f"it is masked for {table.model!r}",
+        None: f"it is not served under use={table.use!r}",
+    }[judged]
+    return f"entry {entry_id} for this exact key chooses {choice!r} ({status}; {said}): {outcome}"
+
+
+def _trace_nearest(
+    trace: list[str],
+    group: _Group,
+    values: tuple[int, ...],
+    cap: float,
+    found: tuple[_Row, float] | None,
+) -> None:
+    symbolic = [group.names[i] for i in group.free]
+    note = f" (symbolic dims {symbolic} uncapped)" if symbolic else ""
+    trace.append(f"searching {len(group.rows)} tuned shapes within distance {cap:g}{note}")
+    for row, capped, total in group.ranked(values, 3):
+        shape = " ".join(f"{n}={v}" for n, v in zip(group.names, row.values, strict=True))
+        verdict = "within the cap" if capped <= cap + _EPS else "beyond the cap"
+        trace.append(f"  {shape}: distance {total:.3f}, {verdict}, chooses {row.choice!r}")
+    if found is not None:
+        trace.append(f"borrowing from entry {found[0].entry_id} at distance {found[1]:.3f}")
+
+
+# -- the current table ----------------------------------------------------------------------------
+
+_EMPTY = Table.empty()
+_default: Table = _EMPTY
+_current: ContextVar[Table | None] = ContextVar("tunecache_table", default=None)
+
+
+def current() -> Table:
+    """The table in force here: this context's (`using`), else the process default."""
+    table = _current.get()
+    return _default if table is None else table
+
+
+def set_default(table: Table | None) -> Table:
+    """Make `table` the process default (None: the empty table); returns the previous one."""
+    global _default
+    if table is not None and not isinstance(table, Table):
+        raise BadArgumentError(f"set_default takes a Table, got {type(table).__name__}")
+    previous = _default
+    _default = _EMPTY if table is None else table
+    return previous
+
+
+class using:
+    """Make `table` the current one for this thread or task until the block ends.
+
+    Built on contextvars: other threads and tasks keep their own table, and nested blocks restore
+    the outer one on the way out.
+    """
+
+    __slots__ = ("_table", "_token")
+
+    def __init__(self, table: Table) -> None:
+        if not isinstance(table, Table):
+            raise BadArgumentError(f"using() takes a Table, got {type(table).__name__}")
+        self._table = table
+
+    def __enter__(self) -> Table:
+        self._token = _current.set(self._table)
+        return self._table
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _current.reset(self._token)
