@@ -34,7 +34,7 @@ from tunecache.errors import (
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
-from tunecache.store import migrate
+from tunecache.store import health, migrate, quarantine
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
@@ -202,6 +202,16 @@ class Cache:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(f"cannot create cache folder {db.parent}: {error.strerror}") from error
+        health.check_filesystem(db)
+        denied = health.write_denied(db)
+        if denied is not None:
+            engine, reason = health.open_readonly(db, busy_timeout, denied)
+            return cls(
+                db, device, engine, busy_timeout=busy_timeout, outcome=None, readonly_reason=reason
+            )
+        # A damaged file at tunecache's own location is moved aside for a fresh cache; one the
+        # caller named is never moved.
+        quarantine.check(db, busy_timeout, may_move=path is None)
         # Look before writing: even switching the journal mode writes to the file, and a file
         # this tunecache must not change is refused (or read) without being touched.
         state = migrate.inspect_file(db, busy_timeout)
@@ -254,6 +264,7 @@ class Cache:
     def _write(self) -> Iterator[Connection]:
         if self.readonly_reason is not None:
             raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
+        health.warn_wal_defects()
         with busy_errors(self.path, self.busy_timeout), self._engine.begin() as conn:
             yield conn
 

@@ -121,22 +121,32 @@ def make_engine(
     *,
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     readonly: bool = False,
+    immutable: bool = False,
 ) -> Engine:
     """An engine for the SQLite database at `path`, set up as every tunecache store must be.
 
     `readonly` opens the file with SQLite's `mode=ro` and `query_only`: nothing, not even a
     checkpoint or a journal-mode switch, writes to it. It is for a database this tunecache must
     not change (a newer schema, a read-only file).
+
+    `immutable` (read-only engines only) promises SQLite that nobody changes the file while it
+    is open, so it reads without the `-shm` file a WAL database otherwise needs: the only way
+    to read a cache in a folder no one may write to (see `health.frozen`).
     """
     path = Path(path)
     busy_timeout = check_timeout(busy_timeout)
+    if immutable and not readonly:
+        raise BadArgumentError("only a read-only engine can treat its file as immutable")
     if readonly:
+        query = {"mode": "ro", "uri": "true"}
+        if immutable:
+            query["immutable"] = "1"
         # A URI filename: percent-encoding keeps '?' and '#' in a path from being read as
         # URI syntax.
         url = URL.create(
             "sqlite",
             database="file:" + urllib.parse.quote(str(path.absolute())),
-            query={"mode": "ro", "uri": "true"},
+            query=query,
         )
     else:
         url = URL.create("sqlite", database=str(path))

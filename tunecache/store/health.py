@@ -1,0 +1,358 @@
+"""Whether this process can keep a cache where it was asked to, and how.
+
+Three facts SQLite does not check for us:
+
+- Some SQLite versions have a known defect in WAL mode (`WAL_DEFECTS`). tunecache warns once
+  per process, when the process first writes, and keeps working: the defect needs a rare race.
+- WAL needs every process that uses a database on one host: its index lives in shared memory
+  (the `-shm` file, mapped by each process) and locks on a network filesystem are unreliable.
+  A cache on a network filesystem is refused unless `TUNECACHE_ALLOW_NETWORK_FS=1` says that only
+  one host ever uses it (see docs/reliability.md).
+- A cache this process may not write (a read-only folder, file or mount) is opened read-only:
+  reads work, writes raise ReadOnlyStoreError naming the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+import stat
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from tunecache.errors import ReadOnlyStoreError, SchemaTooNewError, StoreError, TunecacheWarning
+from tunecache.store import migrate
+from tunecache.store.engine import busy_errors, make_engine, read_connection
+
+__all__ = [
+    "ALLOW_NETWORK_FS_ENV",
+    "NETWORK_FILESYSTEMS",
+    "WAL_DEFECTS",
+    "SQLiteDefectWarning",
+    "WalDefect",
+    "check_filesystem",
+    "filesystem_of",
+    "frozen",
+    "open_readonly",
+    "wal_defects",
+    "warn_wal_defects",
+    "write_denied",
+]
+
+Version = tuple[int, int, int]
+
+
+class SQLiteDefectWarning(TunecacheWarning):
+    """The SQLite library this Python uses has a known defect in WAL mode."""
+
+
+@dataclass(frozen=True, slots=True)
+class WalDefect:
+    """A known SQLite defect in WAL mode, and the releases that have it."""
+
+    name: str
+    #: what goes wrong, in a few words
+    summary: str
+    #: the first release that has it
+    first: Version
+    #: the first release of the main line without it
+    fixed: Version
+    #: the first patched release of older series that got the fix backported
+    backports: tuple[Version, ...]
+    url: str
+
+    def affects(self, version: Version) -> bool:
+        """Whether SQLite `version` has this defect."""
+        if not self.first <= version < self.fixed:
+            return False
+        return not any(version[:2] == b[:2] and version >= b for b in self.backports)
+
+
+#: Known WAL defects. Source: SQLite's own WAL page, https://sqlite.org/wal.html#walresetbug
+#: (3.51.3 of 2026-03-13 fixed it; 3.44.6 and 3.50.7 carry the backported fix; 3.52.0, which
+#: also has the fix, was withdrawn for unrelated reasons).
+WAL_DEFECTS = (
+    WalDefect(
+        name="the WAL-reset bug",
+        summary=(
+            "a checkpoint racing another connection's commit that resets the WAL can corrupt "
+            "the database or lose committed writes"
+        ),
+        first=(3, 7, 0),
+        fixed=(3, 51, 3),
+        backports=((3, 44, 6), (3, 50, 7)),
+        url="https://sqlite.org/wal.html#walresetbug",
+    ),
+)
+
+
+def wal_defects(version: Version | None = None) -> list[WalDefect]:
+    """The known WAL defects of SQLite `version` (by default, the library this Python uses)."""
+    if version is None:
+        major, minor, patch = sqlite3.sqlite_version_info
+        version = (major, minor, patch)
+    return [defect for defect in WAL_DEFECTS if defect.affects(version)]
+
+
+_warned_defects = False
+_warn_lock = threading.Lock()
+
+
+def warn_wal_defects() -> None:
+    """Warn once per process if this SQLite has a known WAL defect, naming it and the fix.
+
+    Called when a process first writes: only writers commit and checkpoint, which is what the
+    known defects need. The warning is a SQLiteDefectWarning (filter it to silence it). Like
+    every tunecache warning it must not stop the host program: where a filter turns it into an
+    error, it goes to the `tunecache` logger instead.
+    """
+    global _warned_defects
+    with _warn_lock:
+        if _warned_defects:
+            return
+        _warned_defects = True
+    defects = wal_defects()
+    if not defects:
+        return
+    parts = []
+    for d in defects:
+        fixed = ", ".join(".".join(map(str, v)) for v in (d.fixed, *d.backports))
+        parts.append(f"{d.name} ({d.summary}; fixed in {fixed}; {d.url})")
+    message = (
+        f"SQLite {sqlite3.sqlite_version}, which this Python uses, has a known WAL defect: "
+        f"{'; '.join(parts)}. tunecache keeps working; run it on a Python whose SQLite has "
+        "the fix to be safe from it"
+    )
+    try:
+        warnings.warn(message, SQLiteDefectWarning, stacklevel=2)
+    except SQLiteDefectWarning:
+        logging.getLogger("tunecache").warning(message)
+
+
+# --- network filesystems ---------------------------------------------------------------------
+
+#: environment variable that lets a cache live on a network filesystem used by one host only
+ALLOW_NETWORK_FS_ENV = "TUNECACHE_ALLOW_NETWORK_FS"
+
+#: Linux filesystem types (as /proc/self/mountinfo names them) whose files other hosts can
+#: share: SQLite's WAL index in shared memory cannot span hosts, and their POSIX locks are
+#: unreliable. FUSE types cover the common user-space network mounts.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ncpfs",
+        "afs",
+        "coda",
+        "9p",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "orangefs",
+        "ocfs2",
+        "gfs2",
+        "davfs",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.rclone",
+        "fuse.glusterfs",
+        "fuse.cephfs",
+        "fuse.ceph-fuse",
+        "fuse.davfs2",
+        "fuse.juicefs",
+        "fuse.goofys",
+        "fuse.mountpoint-s3",
+    }
+)
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+_warned_network: set[str] = set()
+
+
+def _unescape(field: str) -> str:
+    # mountinfo writes space, tab, newline and backslash in paths as octal escapes.
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def filesystem_of(path: Path, mountinfo: str | None = None) -> tuple[str, str] | None:
+    """The mount point and filesystem type that hold `path`, or None where unknown.
+
+    Reads /proc/self/mountinfo (Linux); elsewhere, or where it cannot be read, returns None.
+    `path` need not exist: its nearest existing folder is looked up.
+    """
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+                mountinfo = fh.read()
+        except OSError:
+            return None
+    target = Path(os.path.realpath(path))
+    best: tuple[str, str] | None = None
+    best_len = -1
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        point = _unescape(fields[4])
+        if not target.is_relative_to(point):
+            continue
+        # The longest mount point wins; of equal ones, the later mount (it hides the earlier).
+        if len(point) >= best_len:
+            best, best_len = (point, right.split()[0]), len(point)
+    return best
+
+
+def check_filesystem(db: Path) -> None:
+    """Refuse a cache on a network filesystem, unless the user said only one host uses it."""
+    found = filesystem_of(db.parent)
+    if found is None or found[1] not in NETWORK_FILESYSTEMS:
+        return
+    point, kind = found
+    if os.environ.get(ALLOW_NETWORK_FS_ENV) == "1":
+        if point not in _warned_network:
+            _warned_network.add(point)
+            warnings.warn(
+                f"cache database {db} is on a network filesystem ({kind} at {point}); "
+                f"{ALLOW_NETWORK_FS_ENV}=1 says only this host uses it: another host writing "
+                "it at the same time would corrupt it",
+                TunecacheWarning,
+                stacklevel=3,
+            )
+        return
+    raise StoreError(
+        f"cache database {db} would be on a network filesystem ({kind} at {point}), where "
+        "SQLite's WAL mode can corrupt it (every process must be on one host); set "
+        f"TUNECACHE_DIR to a local disk, or {ALLOW_NETWORK_FS_ENV}=1 if only this host ever "
+        "uses this cache"
+    )
+
+
+# --- write access ----------------------------------------------------------------------------
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def write_denied(db: Path) -> str | None:
+    """Why this process cannot write the cache database at `db`, or None if it can.
+
+    SQLite needs to write the folder too (the -wal and -shm files live beside the database).
+    """
+    folder = db.parent
+    if _read_only_mount(folder):
+        return f"the folder {folder} is on a read-only filesystem"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable by this user (uid {os.geteuid()})"
+    if db.exists() and not os.access(db, os.W_OK):
+        return f"the file {db} is not writable by this user (uid {os.geteuid()})"
+    return None
+
+
+def frozen(db: Path) -> bool:
+    """Whether nobody is meant to write the database at `db`: a read-only mount, or write
+    permission taken from everyone on both the file and its folder.
+
+    Only a frozen database is read as SQLite's `immutable`, which needs no -shm file: a reader
+    that cannot create one has no other way in, and immutable is safe only if no one writes.
+    """
+    if _read_only_mount(db.parent):
+        return True
+    try:
+        modes = (db.stat().st_mode, db.parent.stat().st_mode)
+    except OSError:
+        return False
+    anyone_writes = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+    return not any(mode & anyone_writes for mode in modes)
+
+
+def _sqlite_code(error: BaseException) -> str:
+    orig = getattr(error, "orig", error)
+    return str(getattr(orig, "sqlite_errorname", "") or "")
+
+
+def _detail(error: StoreError) -> str:
+    cause = error.__cause__
+    return str(getattr(cause, "orig", cause) or error)
+
+
+def open_readonly(db: Path, busy_timeout: float, denied: str) -> tuple[Engine, str]:
+    """A read-only engine for a cache this process cannot write, and why it is read-only.
+
+    Raises ReadOnlyStoreError where there is nothing to read or the schema needs an upgrade
+    this process cannot make, and StoreError where SQLite cannot read the file.
+    """
+    if not db.is_file() or db.stat().st_size == 0:
+        raise ReadOnlyStoreError(f"cannot create cache database {db}: {denied}")
+    wal = db.with_name(db.name + "-wal")
+    # Immutable ignores the -wal file, so it is used only where there is none to ignore.
+    immutable = frozen(db) and not (wal.exists() and wal.stat().st_size > 0)
+    engine = make_engine(db, busy_timeout=busy_timeout, readonly=True, immutable=immutable)
+    try:
+        state = _readonly_state(engine, db, busy_timeout, denied)
+        try:
+            migrate.check_writable_schema(state, db)
+        except SchemaTooNewError as error:
+            warnings.warn(str(error), TunecacheWarning, stacklevel=3)
+            return engine, f"{error}; {denied}"
+        if state.revision != migrate.HEAD:
+            raise ReadOnlyStoreError(
+                f"cache database {db} is at schema revision {state.revision!r} and needs an "
+                f"upgrade to {migrate.HEAD!r} before it can be read, but {denied}"
+            )
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, denied
+
+
+def _readonly_state(
+    engine: Engine, db: Path, busy_timeout: float, denied: str
+) -> migrate.FileState:
+    try:
+        with busy_errors(db, busy_timeout), read_connection(engine) as conn:
+            tables = frozenset(
+                str(row[0])
+                for row in conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master "
+                    "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                )
+            )
+            revisions: tuple[str, ...] = ()
+            if "alembic_version" in tables:
+                revisions = tuple(
+                    str(row[0])
+                    for row in conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+                )
+    except StoreError as error:
+        code = _sqlite_code(error.__cause__ or error)
+        if code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+            raise StoreError(
+                f"cannot read cache database {db}: {denied}, and SQLite must create "
+                f"{db.name}-shm beside a WAL database to read it safely; make the folder "
+                "writable, or take write permission from everyone on the folder and the file "
+                "to freeze the cache (a frozen cache is read as immutable)"
+            ) from error
+        if code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            raise StoreError(
+                f"cache database {db} is damaged ({_detail(error)}) and cannot be moved "
+                f"aside: {denied}"
+            ) from error
+        raise
+    return migrate.FileState(revisions, tables)
