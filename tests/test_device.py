@@ -10,13 +10,13 @@ from tunecache._version import __version__
 from tunecache.device import (
     CHECKED_FIELDS,
     Device,
-    _from_proc_cpuinfo,
     cpu_model,
     detect,
     slugify,
     usable_cpus,
 )
 from tunecache.errors import DeviceMismatchError, TunecacheError
+from tunecache.identity import _from_proc_cpuinfo
 
 X86_CPUINFO = """\
 processor\t: 0

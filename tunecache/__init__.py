@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tunecache._version import __version__
-from tunecache.device import Device, detect
 from tunecache.errors import (
     BadKeyError,
     BadRecordError,
@@ -25,12 +24,14 @@ from tunecache.errors import (
     TunecacheError,
     TunecacheWarning,
 )
-from tunecache.keys import Bucketing, Key, format_key, make_key, parse
+from tunecache.keys import Key, format_key, make_key, parse
 
 if TYPE_CHECKING:
+    from tunecache.bucketing import Bucketing
     from tunecache.cache import Cache, Entry
     from tunecache.cache import open_cache as open
     from tunecache.codec import CandidateTiming, TimingRecord
+    from tunecache.device import Device, detect
     from tunecache.dispatch import Tunable, profile, tunable
     from tunecache.resolve import Answer, Table, current, set_default, using
 
@@ -73,6 +74,9 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Device": ("tunecache.device", "Device"),
+    "detect": ("tunecache.device", "detect"),
+    "Bucketing": ("tunecache.bucketing", "Bucketing"),
     "Cache": ("tunecache.cache", "Cache"),
     "Entry": ("tunecache.cache", "Entry"),
     "open": ("tunecache.cache", "open_cache"),

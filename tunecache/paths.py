@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tunecache.device import Device
 from tunecache.errors import BadArgumentError
+
+if TYPE_CHECKING:
+    from tunecache.device import Device
 
 __all__ = [
     "DATABASE_NAME",
@@ -59,3 +62,14 @@ def device_dir(device: Device, root: str | os.PathLike[str] | None = None) -> Pa
 def database_path(device: Device, root: str | os.PathLike[str] | None = None) -> Path:
     """The SQLite database file of `device`."""
     return device_dir(device, root) / DATABASE_NAME
+
+
+def database_path_of(
+    client: str,
+    client_version: str,
+    cpu: str,
+    threads: int,
+    root: str | os.PathLike[str] | None = None,
+) -> Path:
+    """`database_path` from the identity's fields, for callers that have no Device at hand."""
+    return cache_root(client, root) / "tune" / client_version / f"{cpu}-t{threads}" / DATABASE_NAME

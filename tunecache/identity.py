@@ -1,0 +1,182 @@
+"""The fields of a device identity: detecting, checking and hashing them.
+
+`tunecache.device.Device` is the public value built from these. This module is kept free of
+dataclasses (whose import pulls in `inspect`, ~15 ms) because the resolver's cold start needs a
+device fingerprint and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from functools import lru_cache
+
+from tunecache._version import __version__
+from tunecache.errors import BadArgumentError
+
+__all__ = [
+    "CHECKED_FIELDS",
+    "check_fields",
+    "cpu_model",
+    "detect_fields",
+    "fingerprint",
+    "slugify",
+    "usable_cpus",
+]
+
+#: the checked fields' values, in CHECKED_FIELDS order
+Fields = tuple[str, int, "str | None", str, str]
+
+#: the fields that make two devices different; every one is compared, none is advisory
+CHECKED_FIELDS = ("cpu", "threads", "accelerator", "client", "client_version")
+
+_SLUG_MAX = 64
+_SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!-]{0,63}$")
+_CLIENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def slugify(text: str) -> str:
+    """Turn a free-form hardware name into a short, filesystem-safe, lowercase slug."""
+    # Trademark marks and "CPU @ 2.40GHz" tails differ between kernels and hypervisors for the
+    # same silicon; dropping them keeps one chip on one slug.
+    text = re.sub(r"\((r|tm|c)\)", " ", text, flags=re.IGNORECASE)
+    text = re.sub(r"\b(cpu|processor)\b", " ", text, flags=re.IGNORECASE)
+    text = re.sub(r"@.*$", " ", text)
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    slug = re.sub(r"-+", "-", slug)[:_SLUG_MAX].strip("-")
+    return slug or "unknown"
+
+
+def _is_slug(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= _SLUG_MAX and bool(_SLUG_RE.match(value))
+
+
+def _from_proc_cpuinfo(text: str) -> str | None:
+    """The CPU model named in /proc/cpuinfo text, or None."""
+    wanted = ("model name", "hardware", "cpu model", "processor")
+    found: dict[str, str] = {}
+    arm_ids: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if not sep:
+            continue
+        name, value = name.strip().lower(), value.strip()
+        if name in wanted and name not in found and value and not value.isdigit():
+            found[name] = value
+        elif name in ("cpu implementer", "cpu part") and name not in arm_ids:
+            arm_ids[name] = value
+    for name in wanted:
+        if name in found:
+            return found[name]
+    # Arm kernels often print no model name, only the implementer and part numbers.
+    if arm_ids:
+        import platform  # only here: ~5 ms at import, and most machines never need it
+
+        return "{}-{}-{}".format(
+            platform.machine() or "arm",
+            arm_ids.get("cpu implementer", "0"),
+            arm_ids.get("cpu part", "0"),
+        )
+    return None
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The human name of this machine's CPU model, as the operating system reports it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            model = _from_proc_cpuinfo(fh.read())
+        if model:
+            return model
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        import subprocess  # only here: it costs a runtime's import ~10 ms elsewhere
+
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            ).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity mask, not the machine's total)."""
+    if hasattr(os, "process_cpu_count"):  # Python 3.13+
+        count = os.process_cpu_count()
+    elif hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    else:  # pragma: no cover - macOS and Windows before 3.13
+        count = os.cpu_count()
+    return max(1, count or 1)
+
+
+def check_fields(
+    cpu: object, threads: object, accelerator: object, client: object, client_version: object
+) -> None:
+    """Raise BadArgumentError unless these are a legal device identity."""
+    if not _is_slug(cpu):
+        raise BadArgumentError(f"device cpu must be a slug like 'amd-epyc', got {cpu!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise BadArgumentError(f"device threads must be an int, got {threads!r}")
+    if not 1 <= threads <= 65536:
+        raise BadArgumentError(f"device threads must be between 1 and 65536, got {threads}")
+    if accelerator is not None and not _is_slug(accelerator):
+        raise BadArgumentError(
+            f"device accelerator must be a slug like 'nvidia-h200' or None, got {accelerator!r}"
+        )
+    if not isinstance(client, str) or not _CLIENT_RE.match(client):
+        raise BadArgumentError(
+            f"client name must be letters, digits, '.', '_' or '-', got {client!r}"
+        )
+    if not isinstance(client_version, str) or not _VERSION_RE.match(client_version):
+        raise BadArgumentError(
+            f"client version must be letters, digits, '.', '+', '!' or '-', got {client_version!r}"
+        )
+
+
+def fingerprint(values: Fields) -> str:
+    """A stable digest of every checked field; equal fingerprints mean the same device."""
+    import hashlib
+
+    pairs = zip(CHECKED_FIELDS, values, strict=True)
+    text = "\n".join(f"{name}={value!r}" for name, value in pairs)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def detect_fields(
+    *,
+    client: str = "tunecache",
+    client_version: str | None = None,
+    threads: int | None = None,
+    accelerator: str | None = None,
+    cpu: str | None = None,
+) -> Fields:
+    """The checked fields of this machine for `client` (see `tunecache.device.detect`)."""
+    if client_version is None:
+        if client != "tunecache":
+            raise BadArgumentError(
+                f"client {client!r} needs a client_version: decisions are kept per version"
+            )
+        client_version = __version__
+    values: Fields = (
+        slugify(cpu if cpu is not None else cpu_model()),
+        usable_cpus() if threads is None else threads,
+        None if accelerator is None else slugify(accelerator),
+        client,
+        client_version,
+    )
+    check_fields(*values)
+    return values
