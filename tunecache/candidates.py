@@ -7,9 +7,9 @@ longer answer for it.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 
+from tunecache._digest import sha256
 from tunecache.errors import BadRecordError
 
 __all__ = ["MAX_NAME_LEN", "candidate_names", "checksum"]
@@ -42,7 +42,7 @@ def candidate_names(names: Iterable[str]) -> tuple[str, ...]:
 
 def checksum(names: Iterable[str]) -> str:
     """The checksum of an ordered candidate list: equal lists, equal checksums."""
-    digest = hashlib.sha256()
+    digest = sha256()
     for name in candidate_names(names):
         # Length-prefixed, so ["ab", "c"] and ["a", "bc"] can never collide.
         raw = name.encode()

@@ -12,6 +12,7 @@ import re
 import sys
 from functools import lru_cache
 
+from tunecache._digest import sha256
 from tunecache._version import __version__
 from tunecache.errors import BadArgumentError
 
@@ -149,11 +150,9 @@ def check_fields(
 
 def fingerprint(values: Fields) -> str:
     """A stable digest of every checked field; equal fingerprints mean the same device."""
-    import hashlib
-
     pairs = zip(CHECKED_FIELDS, values, strict=True)
     text = "\n".join(f"{name}={value!r}" for name, value in pairs)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return sha256(text.encode()).hexdigest()[:32]
 
 
 def detect_fields(

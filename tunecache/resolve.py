@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
-import threading
 import warnings
+from _thread import RLock  # threading costs ~2 ms to import; its RLock is this one
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -113,11 +113,6 @@ class Explanation(NamedTuple):
 # -- one signature's tuned shapes ---------------------------------------------------------------
 
 
-def _log2(value: int) -> float:
-    # A size of 0 (an empty tensor) counts as 1/2, one octave below 1, so it stays comparable.
-    return math.log2(value) if value > 0 else -1.0
-
-
 def _parse_dims(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Split the read contract's `dims` column ("m=288 k=96") into names and values."""
     if not text:
@@ -137,80 +132,145 @@ class _Row(NamedTuple):
     choice: str
 
 
-def _tie_order(row: _Row) -> tuple[tuple[int, ...], int]:
-    return row.values, row.entry_id or 0
-
-
 class _Group:
-    """The usable tuned shapes of one signature, candidate list and list of dim names."""
+    """The usable tuned shapes of one signature, candidate list and list of dim names.
 
-    def __init__(self, names: tuple[str, ...], rows: list[_Row], symbolic: frozenset[str]) -> None:
-        self.names = names
-        # Sorted by shape then id, so every tie below is broken by the same rule.
-        self.rows = sorted(rows, key=_tie_order)
-        self.exact = {row.values: row for row in self.rows}
-        self.capped = [i for i, name in enumerate(names) if name not in symbolic]
-        self.free = [i for i, name in enumerate(names) if name in symbolic]
-        self._arrays: tuple[Any, ...] | None = None
+    Columns in numpy arrays rather than a row object each: 100,000 shapes take a few MB. Rows are
+    kept in tie order (smallest shape, then smallest entry id), so a tie is broken by position.
+    """
 
-    def _build(self) -> tuple[Any, ...]:
-        # numpy is imported here, on the first nearest-shape search of a signature, and never
-        # by a process whose keys are all exact hits.
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        items: dict[tuple[int, ...], tuple[int | None, str]],
+        symbolic: frozenset[str],
+    ) -> None:
+        # numpy is imported when a signature is first loaded: a process whose keys are all exact
+        # hits answers them with one indexed query each and never pays for it.
         import numpy as np
 
-        logs = np.array(
-            [[_log2(v) for v in row.values] for row in self.rows], dtype=np.float64
-        ).reshape(len(self.rows), len(self.names))
-        # Prune by one capped dim: rows further than the cap on it cannot qualify. Pick the dim
-        # with the most distinct sizes, so the slice left to scan is the narrowest.
-        if self.capped:
-            axis = max(self.capped, key=lambda i: len(np.unique(logs[:, i])))
-            order = np.argsort(logs[:, axis], kind="stable")
-        else:
-            axis = -1
-            order = np.arange(len(self.rows))
-        columns = [np.ascontiguousarray(logs[order, i]) for i in range(len(self.names))]
-        self._arrays = (np, axis, order, columns)
-        return self._arrays
+        self.np = np
+        self.names = names
+        self.size = n = len(items)
+        d = len(names)
+        values = list(items)
+        choices = sorted({choice for _, choice in items.values()})
+        self.choices = choices
+        code_of = {name: i for i, name in enumerate(choices)}
+        vals = np.array(values, dtype=np.int64).reshape(n, d)
+        ids = np.fromiter(
+            (-1 if eid is None else eid for eid, _ in items.values()), dtype=np.int64, count=n
+        )
+        codes = np.fromiter((code_of[c] for _, c in items.values()), dtype=np.int32, count=n)
+        hashes = np.fromiter((hash(v) for v in values), dtype=np.int64, count=n)
+        # np.lexsort sorts by its last key first: the dims in order, then the entry id.
+        order = np.lexsort((ids, *(vals[:, i] for i in reversed(range(d)))))
+        self.vals, self.ids, self.codes = vals[order], ids[order], codes[order]
+        hashes = hashes[order]
+        self.hash_order = np.argsort(hashes, kind="stable")
+        self.hashes = hashes[self.hash_order]
+        self.capped = [i for i, name in enumerate(names) if name not in symbolic]
+        self.free = [i for i, name in enumerate(names) if name in symbolic]
+        self._grid: tuple[Any, ...] | None = None
+        self._grid_cap = -1.0
+
+    def row(self, position: int) -> _Row:
+        eid = int(self.ids[position])
+        values = tuple(int(v) for v in self.vals[position])
+        return _Row(None if eid < 0 else eid, values, self.choices[int(self.codes[position])])
+
+    def exact(self, values: tuple[int, ...]) -> _Row | None:
+        """The row of exactly this shape, found through its hash."""
+        h = hash(values)
+        i = int(self.np.searchsorted(self.hashes, h))
+        while i < self.size and int(self.hashes[i]) == h:
+            position = int(self.hash_order[i])
+            if tuple(int(v) for v in self.vals[position]) == values:
+                return self.row(position)
+            i += 1
+        return None
+
+    def _logs(self, values: Any) -> Any:
+        np = self.np
+        # A size of 0 (an empty tensor) counts as 1/2, one octave below 1, to stay comparable.
+        return np.where(values > 0, np.log2(np.maximum(values, 1)), -1.0)
+
+    def _build(self, cap: float) -> tuple[Any, ...]:
+        """Rows sorted into a grid of cap-wide cells on up to three capped dims.
+
+        A row within the cap of the query is within the cap on every capped dim, so it lies in
+        the query's cell or a neighbour on each grid axis. With three axes that is 9 contiguous
+        runs of rows (the last axis's three cells are adjacent in the sort), gathered in one go.
+        """
+        np = self.np
+        logs = self._logs(self.vals)
+        width = cap if cap > 0 else 1.0
+        axes = sorted(self.capped, key=lambda i: -len(np.unique(self.vals[:, i])))[:3]
+        # Cells are offset to stay positive (log2 of a size is at least -1) and packed into one
+        # int64 code, 21 bits an axis, in axis order: the sort keeps each neighbourhood's last
+        # axis contiguous.
+        code = np.zeros(self.size, dtype=np.int64)
+        for i in axes:
+            code = (code << 21) + (np.floor(logs[:, i] / width).astype(np.int64) + 2)
+        perm = np.argsort(code, kind="stable")
+        columns = [np.ascontiguousarray(logs[perm, i]) for i in range(len(self.names))]
+        self._grid = (axes, width, code[perm], columns, perm)
+        self._grid_cap = cap
+        return self._grid
 
     def nearest(self, values: tuple[int, ...], cap: float) -> tuple[_Row, float] | None:
-        """The closest usable shape within `cap` on the capped dims, or None."""
-        if not self.rows:
+        """The closest shape within `cap` on the capped dims (ties: tie order), or None."""
+        if not self.size:
             return None
-        np, axis, order, columns = self._arrays or self._build()
-        q = [_log2(v) for v in values]
-        lo, hi = 0, len(self.rows)
-        if axis >= 0:
-            lo = int(np.searchsorted(columns[axis], q[axis] - cap - _EPS, side="left"))
-            hi = int(np.searchsorted(columns[axis], q[axis] + cap + _EPS, side="right"))
-            if lo >= hi:
+        np = self.np
+        axes, width, code, columns, perm = (
+            self._grid if self._grid_cap == cap and self._grid else self._build(cap)
+        )
+        q = [(math.log2(v) if v > 0 else -1.0) for v in values]
+        if axes:
+            cells = [math.floor(q[i] / width) + 2 for i in axes]
+            # Every neighbour cell on all axes but the last, whose three cells form one run.
+            prefixes = [0]
+            for cell in cells[:-1]:
+                prefixes = [(p << 21) + cell + d for p in prefixes for d in (-1, 0, 1)]
+            last = cells[-1]
+            # Codes are integers: "<= last + 1" is "< last + 2", so one left search finds both
+            # ends of every run.
+            ends = code.searchsorted(
+                [(p << 21) + last - 1 for p in prefixes] + [(p << 21) + last + 2 for p in prefixes]
+            ).tolist()
+            runs = zip(ends[: len(prefixes)], ends[len(prefixes) :], strict=True)
+            spans = [np.arange(a, b) for a, b in runs if b > a]
+            if not spans:
                 return None
-        capped = np.zeros(hi - lo)
+            rows = np.concatenate(spans) if len(spans) > 1 else spans[0]
+        else:
+            rows = np.arange(self.size)
+        capped = None
         for i in self.capped:
-            capped += np.abs(columns[i][lo:hi] - q[i])
-        total = capped.copy()
+            part = np.abs(columns[i].take(rows) - q[i])
+            capped = part if capped is None else np.add(capped, part, out=capped)
+        if capped is None:
+            capped = np.zeros(len(rows))
+        total = capped.copy() if self.free else capped
         for i in self.free:
-            total += np.abs(columns[i][lo:hi] - q[i])
-        total[capped > cap + _EPS] = np.inf
+            total += np.abs(columns[i].take(rows) - q[i])
+        total = np.where(capped <= cap + _EPS, total, np.inf)
         best = float(total.min())
         if not math.isfinite(best):
             return None
-        # Ties: the smallest shape, then the smallest entry id (rows are sorted that way).
-        tied = np.flatnonzero(total <= best + _EPS) + lo
-        row = min((self.rows[int(order[i])] for i in tied), key=_tie_order)
-        return row, best
+        position = int(perm.take(rows[total <= best + _EPS]).min())
+        return self.row(position), best
 
     def ranked(self, values: tuple[int, ...], limit: int) -> list[tuple[_Row, float, float]]:
         """The `limit` closest shapes with (capped distance, total distance), for explain."""
-        q = [_log2(v) for v in values]
-        scored = []
-        for row in self.rows:
-            logs = [_log2(v) for v in row.values]
-            capped = sum(abs(logs[i] - q[i]) for i in self.capped)
-            free = sum(abs(logs[i] - q[i]) for i in self.free)
-            scored.append((capped + free, row.values, row, capped))
-        scored.sort(key=lambda s: (s[0], s[1], s[2].entry_id or 0))
-        return [(row, capped, total) for total, _, row, capped in scored[:limit]]
+        np = self.np
+        diff = np.abs(self._logs(self.vals) - self._logs(np.array(values, dtype=np.int64)))
+        total = diff.sum(axis=1)
+        capped = diff[:, self.capped].sum(axis=1)
+        # Stable sort over tie-ordered rows: equal distances keep the tie order.
+        top = np.argsort(total, kind="stable")[:limit]
+        return [(self.row(int(i)), float(capped[i]), float(total[i])) for i in top]
 
 
 class _Index:
@@ -315,30 +375,54 @@ class _Reader:
         return row[0], row[1], row[2], verdicts
 
     def signature(
-        self, signature: str, checksum_: str
-    ) -> tuple[list[tuple[int, str, str, str]], dict[int, list[Any]]]:
-        """Every entry of a signature and list on this device, and their verdicts."""
+        self,
+        signature: str,
+        checksum_: str,
+        mine: Callable[[str, str], bool],
+        consume: Callable[[int, str, str, str, bool, bool, bool], None],
+    ) -> bool:
+        """Feed every entry of a signature and list on this device to `consume`, with its
+        flags (masked by this model, validated by this model, validated by any model).
+
+        Rows are streamed, not fetched all at once: 100,000 entries never sit in memory as
+        Python tuples. Returns False when there is no database.
+        """
         conn = self._connect()
         if conn is None:
-            return [], {}
+            return False
+        where = " WHERE e.signature = ? AND e.checksum = ? AND e.device = ?"
+        args = (signature, checksum_, self.device)
         conn.execute("BEGIN")
         try:
-            rows = conn.execute(
-                "SELECT entry_id, dims, choice, status FROM read_entries_v1"
-                " WHERE signature = ? AND checksum = ? AND device = ?",
-                (signature, checksum_, self.device),
-            ).fetchall()
-            verdicts: dict[int, list[Any]] = {}
+            masked: set[int] = set()
+            validated: set[int] = set()
+            validated_any: set[int] = set()
             for entry_id, model, fingerprint, verdict in conn.execute(
                 "SELECT v.entry_id, v.model, v.model_fingerprint, v.verdict"
                 " FROM read_verdicts_v1 v JOIN read_entries_v1 e ON e.entry_id = v.entry_id"
-                " WHERE e.signature = ? AND e.checksum = ? AND e.device = ?",
-                (signature, checksum_, self.device),
+                + where,
+                args,
             ):
-                verdicts.setdefault(entry_id, []).append((model, fingerprint, verdict))
+                if verdict == "validated":
+                    validated_any.add(entry_id)
+                if mine(model, fingerprint):
+                    (masked if verdict == "masked" else validated).add(entry_id)
+            for entry_id, dims, choice, status in conn.execute(
+                "SELECT e.entry_id, e.dims, e.choice, e.status FROM read_entries_v1 e" + where,
+                args,
+            ):
+                consume(
+                    entry_id,
+                    dims,
+                    choice,
+                    status,
+                    entry_id in masked,
+                    entry_id in validated,
+                    entry_id in validated_any,
+                )
         finally:
             conn.execute("COMMIT")
-        return rows, verdicts
+        return True
 
     def candidate_sets(self, signature: str) -> list[tuple[str, tuple[str, ...]]]:
         """The candidate lists stored for a signature (for explain), newest checksum last."""
@@ -428,7 +512,7 @@ class Table:
         self._sums: dict[tuple[str, ...], str] = {}
         self._indexes: dict[tuple[str, str], _Index] = {}
         self._counts = dict.fromkeys(SOURCES, 0)
-        self._lock = threading.RLock()
+        self._lock = RLock()
         self._broken: str | None = None
         #: per-tunable memos of the dispatch layer (tunecache.dispatch), keyed by its token
         self._dispatch: dict[object, dict[Any, Any]] = {}
@@ -457,11 +541,20 @@ class Table:
 
         Nothing is read until the first question; a missing database is an empty table.
         """
-        from tunecache import paths
-        from tunecache.device import detect
+        from tunecache import identity, paths
 
-        if device is None:
-            device = detect(
+        # The identity's fields, not a Device: the dataclass machinery costs a cold start more
+        # than the whole lookup does.
+        if device is not None:
+            fields: identity.Fields = (
+                device.cpu,
+                device.threads,
+                device.accelerator,
+                device.client,
+                device.client_version,
+            )
+        else:
+            fields = identity.detect_fields(
                 client=client,
                 client_version=client_version,
                 threads=threads,
@@ -469,8 +562,13 @@ class Table:
             )
         if path is not None and not str(path):
             raise BadArgumentError("the database path must not be empty")
-        db = Path(path).absolute() if path is not None else paths.database_path(device, root)
-        reader = _Reader(db, device.fingerprint, timeout)
+        cpu, threads_, _, client_, version = fields
+        db = (
+            Path(path).absolute()
+            if path is not None
+            else paths.database_path_of(client_, version, cpu, threads_, root)
+        )
+        reader = _Reader(db, identity.fingerprint(fields), timeout)
         return cls(
             reader,
             model=model,
@@ -607,28 +705,27 @@ class Table:
             found = self._sums[names] = checksum(candidate_names(names))
         return found
 
-    def _judge(self, entry_id: int, status: str, verdicts: list[Any]) -> str | None:
+    def _mine(self, model: str, fingerprint: str) -> bool:
+        """Whether a verdict by this model (and fingerprint, when the table has one) is ours."""
+        return model == self.model and (self.fingerprint is None or fingerprint == self.fingerprint)
+
+    def _judge(
+        self, entry_id: int, status: str, masked: bool, validated: bool, validated_any: bool
+    ) -> str | None:
         """'use', 'masked' or None (not served) for an entry under this table's rules."""
         if entry_id in self._exclude:
             return None
         if entry_id in self._include:
             return "use"
-        mine = [
-            verdict
-            for model, fingerprint, verdict in verdicts
-            if model == self.model and (self.fingerprint is None or fingerprint == self.fingerprint)
-        ]
-        if "masked" in mine:
+        if masked:
             return "masked"
         if status == "rejected":
             return None
         if self.use == "all":
             return "use"
         if self.use == "own":
-            return "use" if "validated" in mine else None
-        if status == "accepted" or any(v[2] == "validated" for v in verdicts):
-            return "use"
-        return None
+            return "use" if validated else None
+        return "use" if status == "accepted" or validated_any else None
 
     def _read(self, what: Callable[[], Any], trace: list[str] | None) -> Any:
         """Run a read against the database, turning any failure into one warning."""
@@ -660,34 +757,40 @@ class Table:
         found = self._indexes.get((signature, sum_))
         if found is not None:
             return found
-        rows: list[Any] = []
-        verdicts: dict[int, list[Any]] = {}
-        if self._reader is not None:
-            reader = self._reader
-            got = self._read(lambda: reader.signature(signature, sum_), trace)
-            if got is not None:
-                rows, verdicts = got
-        by_names: dict[tuple[str, ...], dict[tuple[int, ...], _Row]] = {}
+        by_names: dict[tuple[str, ...], dict[tuple[int, ...], tuple[int | None, str]]] = {}
         masked: dict[Key, int | None] = {}
-        for entry_id, dims, choice, status in rows:
-            judged = self._judge(entry_id, status, verdicts.get(entry_id, []))
+        choices: dict[str, str] = {}
+
+        def consume(
+            entry_id: int,
+            dims: str,
+            choice: str,
+            status: str,
+            masked_: bool,
+            validated: bool,
+            validated_any: bool,
+        ) -> None:
+            judged = self._judge(entry_id, status, masked_, validated, validated_any)
+            if judged is None:
+                return
             names, values = _parse_dims(dims)
             if judged == "masked":
                 masked[Key(signature, tuple(zip(names, values, strict=True)))] = entry_id
-            elif judged == "use":
-                by_names.setdefault(names, {})[values] = _Row(entry_id, values, choice)
+            else:
+                # One str object per distinct choice, not one per row.
+                choice = choices.setdefault(choice, choice)
+                by_names.setdefault(names, {})[values] = (entry_id, choice)
+
+        reader = self._reader
+        if reader is not None:
+            self._read(lambda: reader.signature(signature, sum_, self._mine, consume), trace)
         for key, choice in self._added.get((signature, sum_), []):
             names = tuple(n for n, _ in key.dims)
             values = tuple(v for _, v in key.dims)
-            by_names.setdefault(names, {})[values] = _Row(None, values, choice)
+            by_names.setdefault(names, {})[values] = (None, choice)
             masked.pop(key, None)
-        index = _Index(
-            {
-                names: _Group(names, list(g.values()), self._symbolic)
-                for names, g in by_names.items()
-            },
-            masked,
-        )
+        groups = {n: _Group(n, items, self._symbolic) for n, items in by_names.items()}
+        index = _Index(groups, masked)
         self._indexes[signature, sum_] = index
         return index
 
@@ -729,7 +832,14 @@ class Table:
             got = self._read(lambda: reader.point(text, sum_), trace)
             if got is not None:
                 entry_id, choice, status, verdicts = got
-                judged = self._judge(entry_id, status, verdicts)
+                mine = [v for m, fp, v in verdicts if self._mine(m, fp)]
+                judged = self._judge(
+                    entry_id,
+                    status,
+                    "masked" in mine,
+                    "validated" in mine,
+                    any(v == "validated" for _, _, v in verdicts),
+                )
                 if trace is not None:
                     trace.append(_describe(entry_id, choice, status, verdicts, judged, self))
                 if judged == "masked":
@@ -758,7 +868,7 @@ class Table:
             if trace is not None:
                 trace.append(f"no usable tuned shape of {key.signature} with dims {dim_names}")
             return None
-        row = group.exact.get(values)
+        row = group.exact(values)
         if row is not None:
             if row.choice in names:
                 if trace is not None:
@@ -854,7 +964,7 @@ def _trace_nearest(
 ) -> None:
     symbolic = [group.names[i] for i in group.free]
     note = f" (symbolic dims {symbolic} uncapped)" if symbolic else ""
-    trace.append(f"searching {len(group.rows)} tuned shapes within distance {cap:g}{note}")
+    trace.append(f"searching {group.size} tuned shapes within distance {cap:g}{note}")
     for row, capped, total in group.ranked(values, 3):
         shape = " ".join(f"{n}={v}" for n, v in zip(group.names, row.values, strict=True))
         verdict = "within the cap" if capped <= cap + _EPS else "beyond the cap"
