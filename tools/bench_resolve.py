@@ -1,0 +1,345 @@
+"""The resolver's speed and memory targets, each printed with its measured ratio.
+
+    python tools/bench_resolve.py [--entries 100000] [--quick]
+
+Every figure is measured side by side in this one run (the machine is shared and noisy):
+
+- exact hit: `Table.resolve` on a remembered key, beside an `functools.lru_cache` hit taking the
+  same three arguments (target: at most 2x);
+- nearest shape among N tuned shapes of one signature: the first query of an unseen shape
+  (target: at most 150 us) and a repeat of it (target: at most 2x an lru_cache hit);
+- cold start: a fresh interpreter that imports tunecache, opens the cache and resolves one key,
+  beside a plain script doing the same lookup with stdlib sqlite3 (target: at most 1.5x), and the
+  proof from `python -X importtime` that neither SQLAlchemy nor Alembic is imported;
+- memory: what the resolver's index of the N entries allocates (tracemalloc; target: < 50 MB).
+
+The cache is a real SQLite file: the schema and device row come from `tunecache.open`, the N
+entries are then inserted in bulk with sqlite3 (putting 100,000 entries one by one through the
+library would take minutes and measure nothing the resolver does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import tunecache
+from tunecache.candidates import checksum
+from tunecache.keys import Key, format_key
+from tunecache.resolve import Table
+
+SIGNATURE = "matmul_F32_F32_F32"
+CANDIDATES = ("blas", "blocked4x4", "blocked8x8", "naive", "strassen")
+HEURISTIC = "blas"
+CLIENT = {"client": "benchrt", "client_version": "1.0", "threads": 1}
+
+
+def _sizes(count: int) -> list[int]:
+    # Quarter-octave steps from 16 up: realistic tuned sizes, distinct after rounding.
+    out: list[int] = []
+    step = 0
+    while len(out) < count:
+        size = round(16 * 2 ** (step / 4))
+        if not out or size != out[-1]:
+            out.append(size)
+        step += 1
+    return out
+
+
+def build(root: Path, entries: int) -> tuple[Path, list[tuple[int, int, int]]]:
+    """A cache with `entries` accepted decisions of one signature; returns its path and shapes."""
+    side = round(entries ** (1 / 3)) + 1
+    sizes = _sizes(side)
+    shapes = [(m, k, n) for m in sizes for k in sizes for n in sizes][:entries]
+    os.environ["TUNECACHE_DIR"] = str(root)
+    with tunecache.open(**CLIENT) as cache:
+        first = shapes[0]
+        key = Key(SIGNATURE, (("m", first[0]), ("k", first[1]), ("n", first[2])))
+        cache.put(
+            key, choice="naive", candidates=CANDIDATES, heuristic=HEURISTIC, status="accepted"
+        )
+        path = cache.path
+    conn = sqlite3.connect(path)
+    with conn:
+        device_id, set_id = conn.execute(
+            "SELECT device_id, candidate_set_id FROM entries"
+        ).fetchone()
+        rng = random.Random(7)
+        now = "2026-11-30 00:00:00.000000"
+        key_rows = [
+            (
+                format_key(Key(SIGNATURE, (("m", m), ("k", k), ("n", n)))),
+                SIGNATURE,
+                f"m={m} k={k} n={n}",
+            )
+            for m, k, n in shapes[1:]
+        ]
+        conn.executemany("INSERT INTO keys (text, signature, dims) VALUES (?, ?, ?)", key_rows)
+        conn.execute(
+            "INSERT INTO entries (device_id, key_id, candidate_set_id, choice, heuristic, status,"
+            " speedup, created_at, updated_at)"
+            " SELECT ?, id, ?, ?, ?, 'accepted', 1.1, ?, ? FROM keys WHERE id > 1",
+            (device_id, set_id, "blas", HEURISTIC, now, now),
+        )
+        # Vary the choices, so a wrong row would show up as a wrong answer.
+        conn.executemany(
+            "UPDATE entries SET choice = ? WHERE id = ?",
+            [(rng.choice(CANDIDATES), i) for i in range(2, entries + 1, 3)],
+        )
+    conn.close()
+    return path, shapes
+
+
+def _key(m: int, k: int, n: int) -> Key:
+    return Key(SIGNATURE, (("m", m), ("k", k), ("n", n)))
+
+
+def _per_call(stmt: object, number: int, repeat: int = 7) -> float:
+    """Median seconds per call over `repeat` runs of `number` calls."""
+    timer = timeit.Timer(stmt)  # type: ignore[arg-type]
+    return statistics.median(t / number for t in timer.repeat(repeat=repeat, number=number))
+
+
+def _side_by_side(
+    ours: object, theirs: object, number: int, rounds: int = 5
+) -> tuple[float, float]:
+    """Interleave the two, several rounds, and keep each one's median."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(_per_call(ours, number, 3))
+        b.append(_per_call(theirs, number, 3))
+    return statistics.median(a), statistics.median(b)
+
+
+def _line(name: str, value: str, target: str, ok: bool) -> None:
+    print(f"  {name:<44} {value:<28} target {target:<22} {'ok' if ok else 'MISSED'}")
+
+
+def bench_exact(path: Path, shapes: list[tuple[int, int, int]]) -> bool:
+    table = Table.open(path=path, **CLIENT)
+    key = _key(*shapes[len(shapes) // 2])
+    answer = table.resolve(key, CANDIDATES, HEURISTIC)
+    assert answer.source == "exact", answer
+
+    @functools.lru_cache(maxsize=None)
+    def cached(key: Key, candidates: tuple[str, ...], heuristic: str) -> str:
+        return heuristic
+
+    cached(key, CANDIDATES, HEURISTIC)
+    resolve = table.resolve
+    ours, lru = _side_by_side(
+        lambda: resolve(key, CANDIDATES, HEURISTIC),
+        lambda: cached(key, CANDIDATES, HEURISTIC),
+        200_000,
+    )
+    ratio = ours / lru
+    print("exact hit")
+    _line("Table.resolve, remembered key", f"{ours * 1e9:.0f} ns", "", True)
+    _line("lru_cache hit, same three arguments", f"{lru * 1e9:.0f} ns", "", True)
+    _line("ratio", f"{ratio:.2f}x", "<= 2x", ratio <= 2)
+
+    # Dispatch: a tunable function call, beside calling the chosen candidate directly.
+    def blas(m: int, k: int, n: int) -> int:
+        return m
+
+    op = tunecache.Tunable(
+        SIGNATURE,
+        dims=("m", "k", "n"),
+        shape=lambda m, k, n: (m, k, n),
+        candidates={name: blas for name in CANDIDATES},
+        heuristic=HEURISTIC,
+        register=False,
+    )
+    m, k, n = shapes[len(shapes) // 2]
+    with tunecache.using(table):
+        op(m, k, n)
+        call, direct = _side_by_side(lambda: op(m, k, n), lambda: blas(m, k, n), 200_000)
+    _line("dispatch overhead per call (profiling off)", f"{(call - direct) * 1e9:.0f} ns", "", True)
+    return ratio <= 2
+
+
+def bench_nearest(path: Path, shapes: list[tuple[int, int, int]], queries: int) -> bool:
+    import numpy  # noqa: F401 - imported before timing: its import is not the index's cost
+
+    # An unseen shape loads the signature's index and builds the nearest-shape arrays.
+    unseen = _key(100, 100, 100)
+    t0 = time.perf_counter()
+    first = Table.open(path=path, **CLIENT).resolve(unseen, CANDIDATES, HEURISTIC)
+    load = time.perf_counter() - t0
+    assert first.source == "nearest", first
+    # The same again under tracemalloc (which slows it down) for the memory figures.
+    gc.collect()
+    tracemalloc.start()
+    table = Table.open(path=path, **CLIENT)
+    table.resolve(unseen, CANDIDATES, HEURISTIC)
+    current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+
+    rng = random.Random(11)
+    lo, hi = shapes[0][0], shapes[-1][0]
+    samples = []
+    answers = {}
+    for _ in range(queries):
+        m, k, n = (round(2 ** rng.uniform(lo.bit_length() - 1, hi.bit_length() - 1)) for _ in "mkn")
+        key = _key(m, k, n)
+        if key in answers:
+            continue
+        t = time.perf_counter_ns()
+        answers[key] = table.resolve(key, CANDIDATES, HEURISTIC)
+        samples.append((time.perf_counter_ns() - t) / 1e3)
+    samples.sort()
+    median = statistics.median(samples)
+    p99 = samples[int(len(samples) * 0.99) - 1]
+    sources = {
+        s: sum(a.source == s for a in answers.values()) for s in ("exact", "nearest", "heuristic")
+    }
+
+    key = next(k for k, a in answers.items() if a.source == "nearest")
+
+    @functools.lru_cache(maxsize=None)
+    def cached(key: Key, candidates: tuple[str, ...], heuristic: str) -> str:
+        return heuristic
+
+    cached(key, CANDIDATES, HEURISTIC)
+    resolve = table.resolve
+    ours, lru = _side_by_side(
+        lambda: resolve(key, CANDIDATES, HEURISTIC),
+        lambda: cached(key, CANDIDATES, HEURISTIC),
+        200_000,
+    )
+    n = len(shapes)
+    print(f"nearest shape among {n:,} tuned shapes of one signature")
+    _line("index load (once per signature)", f"{load * 1e3:.0f} ms", "", True)
+    _line(
+        f"first query, median of {len(samples)} unseen shapes",
+        f"{median:.0f} us",
+        "<= 150 us",
+        median <= 150,
+    )
+    _line("first query, p99", f"{p99:.0f} us", "", True)
+    print(f"    answers: {sources}")
+    _line("repeat of a borrowed shape", f"{ours * 1e9:.0f} ns", "", True)
+    _line("lru_cache hit, same three arguments", f"{lru * 1e9:.0f} ns", "", True)
+    _line("ratio", f"{ours / lru:.2f}x", "<= 2x", ours / lru <= 2)
+    print("memory")
+    mb = peak / 2**20
+    _line(f"index of {n:,} entries, peak while loading", f"{mb:.1f} MB", "< 50 MB", mb < 50)
+    _line(
+        f"index of {n:,} entries, kept",
+        f"{current / 2**20:.1f} MB",
+        "< 50 MB",
+        current / 2**20 < 50,
+    )
+    return median <= 150 and ours / lru <= 2 and mb < 50
+
+
+COLD_OURS = """
+import sys
+from tunecache.resolve import Table
+from tunecache.keys import Key
+table = Table.open(client="benchrt", client_version="1.0", threads=1)
+key = Key("{sig}", (("m", {m}), ("k", {k}), ("n", {n})))
+answer = table.resolve(key, {cands!r}, "{heur}")
+assert answer.source == "exact", answer
+"""
+
+COLD_PLAIN = """
+import sqlite3
+conn = sqlite3.connect("file:{path}?mode=ro", uri=True)
+row = conn.execute(
+    "SELECT choice FROM read_entries_v1 WHERE key = ? AND checksum = ? AND device = ?",
+    ("{text}", "{checksum}", "{device}"),
+).fetchone()
+assert row is not None
+"""
+
+
+def bench_cold(root: Path, path: Path, shapes: list[tuple[int, int, int]], runs: int) -> bool:
+    m, k, n = shapes[len(shapes) // 3]
+    device = tunecache.detect(**CLIENT).fingerprint
+    ours = COLD_OURS.format(sig=SIGNATURE, m=m, k=k, n=n, cands=CANDIDATES, heur=HEURISTIC)
+    plain = COLD_PLAIN.format(
+        path=path, text=format_key(_key(m, k, n)), checksum=checksum(CANDIDATES), device=device
+    )
+    # Bytecode is cached for both scripts alike, as after any pip install: an environment that
+    # sets PYTHONDONTWRITEBYTECODE would otherwise recompile tunecache (never the stdlib, whose
+    # .pyc files ship with Python) on every start and measure the compiler.
+    env = {**os.environ, "TUNECACHE_DIR": str(root), "PYTHONPYCACHEPREFIX": str(root / "pyc")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    repo = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+
+    def run(code: str) -> float:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        return time.perf_counter() - t
+
+    run(ours), run(plain)  # write the bytecode, warm the page cache
+    a, b = [], []
+    for _ in range(runs):
+        a.append(run(ours))
+        b.append(run(plain))
+    ours_s, plain_s = statistics.median(a), statistics.median(b)
+    ratio = ours_s / plain_s
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", ours],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if "|" in line
+    }
+    heavy = sorted(imported & {"sqlalchemy", "alembic", "numpy", "cbor2"})
+    print(f"cold start: import, open a cache of {len(shapes):,} entries, resolve one key")
+    _line("tunecache", f"{ours_s * 1e3:.0f} ms", "", True)
+    _line("plain sqlite3 script, same lookup", f"{plain_s * 1e3:.0f} ms", "", True)
+    _line("ratio", f"{ratio:.2f}x", "<= 1.5x", ratio <= 1.5)
+    _line(
+        "-X importtime: sqlalchemy/alembic/numpy/cbor2",
+        ", ".join(heavy) or "none imported",
+        "none",
+        not heavy,
+    )
+    return ratio <= 1.5 and not heavy
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        t = time.perf_counter()
+        path, shapes = build(root, args.entries)
+        size = path.stat().st_size + sum(p.stat().st_size for p in path.parent.glob("cache.db-*"))
+        print(
+            f"built {len(shapes):,} entries in {time.perf_counter() - t:.1f} s ({size / 2**20:.1f} MB on disk)\n"
+        )
+        ok = bench_exact(path, shapes)
+        ok &= bench_nearest(path, shapes, 200 if args.quick else 2000)
+        ok &= bench_cold(root, path, shapes, 5 if args.quick else 21)
+    print("\nall targets met" if ok else "\nSOME TARGETS MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
