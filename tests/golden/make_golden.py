@@ -1,8 +1,13 @@
-"""Make the golden database of a released schema revision: `python tests/golden/make_golden.py`.
+"""Make the golden database of a released schema revision:
+
+    python tests/golden/make_golden.py 0002
 
 Run it once per release, from the checkout root, and commit the file it writes; tests upgrade a
 copy and check that nothing written at that revision is lost. The rows are inserted with plain
-SQL, as that revision's tunecache would have written them.
+SQL, as that revision's tunecache would have written them (every revision so far has the same
+tables; a revision that changes them needs its own rows here). A golden file is history: an
+existing one is never overwritten, since rewriting it would hide a change in what old releases
+wrote.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from tunecache.codec import CandidateTiming, TimingRecord, encode  # noqa: E402
 from tunecache.store.engine import make_engine  # noqa: E402
 from tunecache.store.migrate import alembic_config  # noqa: E402
 
-REVISION = "0001"
 NOW = "2026-11-30 12:00:00.000000"
 BLOB = encode(
     TimingRecord(
@@ -35,12 +39,16 @@ BLOB = encode(
 
 
 def main() -> None:
-    """Write tests/golden/rev0001.db."""
-    out = HERE / f"rev{REVISION}.db"
-    out.unlink(missing_ok=True)
+    """Write tests/golden/rev<REVISION>.db for the revision named on the command line."""
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/golden/make_golden.py REVISION (e.g. 0002)")
+    revision = sys.argv[1]
+    out = HERE / f"rev{revision}.db"
+    if out.exists():
+        sys.exit(f"{out} exists; golden files are never rewritten")
     engine = make_engine(out)
     with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), REVISION)
+        command.upgrade(alembic_config(conn), revision)
     engine.dispose()
 
     db = sqlite3.connect(out)
