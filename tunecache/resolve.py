@@ -176,7 +176,7 @@ class _Group:
 
     def row(self, position: int) -> _Row:
         eid = int(self.ids[position])
-        values = tuple(int(v) for v in self.vals[position])
+        values = tuple(self.vals[position].tolist())
         return _Row(None if eid < 0 else eid, values, self.choices[int(self.codes[position])])
 
     def exact(self, values: tuple[int, ...]) -> _Row | None:
@@ -185,7 +185,7 @@ class _Group:
         i = int(self.np.searchsorted(self.hashes, h))
         while i < self.size and int(self.hashes[i]) == h:
             position = int(self.hash_order[i])
-            if tuple(int(v) for v in self.vals[position]) == values:
+            if tuple(self.vals[position].tolist()) == values:
                 return self.row(position)
             i += 1
         return None
@@ -196,54 +196,81 @@ class _Group:
         return np.where(values > 0, np.log2(np.maximum(values, 1)), -1.0)
 
     def _build(self, cap: float) -> tuple[Any, ...]:
-        """Rows sorted into a grid of cap-wide cells on up to three capped dims.
+        """Rows sorted into a grid of half-cap-wide cells on up to three capped dims.
 
-        A row within the cap of the query is within the cap on every capped dim, so it lies in
-        the query's cell or a neighbour on each grid axis. With three axes that is 9 contiguous
-        runs of rows (the last axis's three cells are adjacent in the sort), gathered in one go.
+        A row within the cap of the query (in summed distance) lies in a cell whose nearest
+        point is within the cap too, summed over the grid axes: `nearest` visits only those
+        cells. Cells are packed into one int64 code, 21 bits an axis in axis order, so each
+        neighbourhood's cells on the last axis are one contiguous run of the sorted rows.
         """
         np = self.np
         logs = self._logs(self.vals)
-        width = cap if cap > 0 else 1.0
+        # Half the cap: finer cells fit the diamond-shaped neighbourhood of a summed distance
+        # better. At least 1/512 of an octave, so 21 bits hold every cell of a 64-bit size.
+        width = max(cap / 2, 1 / 512)
+        offset = math.ceil(1 / width) + 1  # log2 of a size is at least -1: cells stay >= 0
         axes = sorted(self.capped, key=lambda i: -len(np.unique(self.vals[:, i])))[:3]
-        # Cells are offset to stay positive (log2 of a size is at least -1) and packed into one
-        # int64 code, 21 bits an axis, in axis order: the sort keeps each neighbourhood's last
-        # axis contiguous.
         code = np.zeros(self.size, dtype=np.int64)
         for i in axes:
-            code = (code << 21) + (np.floor(logs[:, i] / width).astype(np.int64) + 2)
+            code = (code << 21) + (np.floor(logs[:, i] / width).astype(np.int64) + offset)
         perm = np.argsort(code, kind="stable")
         columns = [np.ascontiguousarray(logs[perm, i]) for i in range(len(self.names))]
-        self._grid = (axes, width, code[perm], columns, perm)
+        self._grid = (axes, width, offset, code[perm], columns, perm)
         self._grid_cap = cap
         return self._grid
+
+    @staticmethod
+    def _cells(x: float, width: float, budget: float) -> list[tuple[int, float]]:
+        """The cells of one axis whose nearest point is within `budget` of `x`, with that
+        distance."""
+        home = math.floor(x / width)
+        out = [(home, 0.0)]
+        step = 1
+        while True:
+            up = (home + step) * width - x
+            down = x - (home - step + 1) * width
+            if up <= budget + _EPS:
+                out.append((home + step, up))
+            if down <= budget + _EPS:
+                out.append((home - step, down))
+            if up > budget + _EPS and down > budget + _EPS:
+                return out
+            step += 1
 
     def nearest(self, values: tuple[int, ...], cap: float) -> tuple[_Row, float] | None:
         """The closest shape within `cap` on the capped dims (ties: tie order), or None."""
         if not self.size:
             return None
         np = self.np
-        axes, width, code, columns, perm = (
+        axes, width, offset, code, columns, perm = (
             self._grid if self._grid_cap == cap and self._grid else self._build(cap)
         )
         q = [(math.log2(v) if v > 0 else -1.0) for v in values]
         if axes:
-            cells = [math.floor(q[i] / width) + 2 for i in axes]
-            # Every neighbour cell on all axes but the last, whose three cells form one run.
-            prefixes = [0]
-            for cell in cells[:-1]:
-                prefixes = [(p << 21) + cell + d for p in prefixes for d in (-1, 0, 1)]
-            last = cells[-1]
-            # Codes are integers: "<= last + 1" is "< last + 2", so one left search finds both
-            # ends of every run.
-            ends = code.searchsorted(
-                [(p << 21) + last - 1 for p in prefixes] + [(p << 21) + last + 2 for p in prefixes]
-            ).tolist()
-            runs = zip(ends[: len(prefixes)], ends[len(prefixes) :], strict=True)
-            spans = [np.arange(a, b) for a, b in runs if b > a]
-            if not spans:
+            # Every cell combination on all axes but the last whose nearest corner is within the
+            # cap; on the last axis, the cells within what is left of it form one run.
+            prefixes = [(0, 0.0)]
+            for i in axes[:-1]:
+                prefixes = [
+                    ((p << 21) + cell + offset, spent + d)
+                    for p, spent in prefixes
+                    for cell, d in self._cells(q[i], width, cap - spent)
+                ]
+            x = q[axes[-1]]
+            starts, stops = [], []
+            for p, spent in prefixes:
+                left = cap - spent + _EPS
+                starts.append((p << 21) + math.floor((x - left) / width) + offset)
+                # Codes are integers: "<= last cell" is "< last cell + 1".
+                stops.append((p << 21) + math.floor((x + left) / width) + offset + 1)
+            ends = code.searchsorted(starts + stops)
+            first, lengths = ends[: len(starts)], ends[len(starts) :] - ends[: len(starts)]
+            count = int(lengths.sum())
+            if not count:
                 return None
-            rows = np.concatenate(spans) if len(spans) > 1 else spans[0]
+            # The runs' row numbers in one go: 0..count-1, each shifted to its run's start.
+            shift = first - (np.cumsum(lengths) - lengths)
+            rows = np.arange(count) + np.repeat(shift, lengths)
         else:
             rows = np.arange(self.size)
         capped = None
