@@ -7,12 +7,19 @@ import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import cbor2
 import pytest
 
 from tunecache._version import __version__
+from tunecache.cache import Cache
 from tunecache.cli import EXIT_USAGE, main
+from tunecache.codec import CandidateTiming, TimingRecord
 from tunecache.device import detect
 
 
@@ -92,11 +99,35 @@ def test_main_is_callable_as_a_library_function(
     assert json.loads(capsys.readouterr().out)["entries"] == 0
 
 
-def test_help_exists_for_every_subcommand() -> None:
-    for args in (("--help",), ("where", "--help")):
-        done = _run(*args)
-        assert done.returncode == 0
-        assert "usage: tunecache" in done.stdout
+def test_help_exists_for_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    done = _run("--help")
+    assert done.returncode == 0
+    assert "usage: tunecache" in done.stdout
+    # Every subcommand the parser knows, aliases included, so one added later is covered too.
+    names = sorted(_subcommands())
+    assert {"where", "list", "show", "inspect", "models", "prune", "export", "import"} <= set(names)
+    assert {"merge", "doctor", "sql"} <= set(names)
+    for name in names:
+        with pytest.raises(SystemExit) as stop:
+            main([name, "--help"])
+        assert stop.value.code == 0
+        out = capsys.readouterr().out
+        # An alias prints its command's usage: `show` is `list`.
+        assert re.match(rf"usage: tunecache {name if name != 'show' else 'list'} ", out), name
+        assert "--json" in out and "--db" in out, name
+        # The description says what the subcommand is for, not only its flags.
+        assert len(out.split("\n\n")[1].strip()) > 20, name
+
+
+def _subcommands() -> dict[str, object]:
+    import argparse
+
+    from tunecache.cli import build_parser
+
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("no subcommands")
 
 
 def test_a_newer_schema_is_one_warning_line_even_under_w_error(tmp_path: Path) -> None:
@@ -124,3 +155,302 @@ def test_an_empty_root_is_refused_and_a_relative_one_made_absolute(tmp_path: Pat
     done = _run("where", "--json", "--root", "rel", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["database"].startswith(str(tmp_path / "rel" / "tune"))
+
+
+# --- the maintenance subcommands, in process against a cache filled through the library -------
+
+NAMES = ("direct", "im2col", "winograd")
+
+
+@pytest.fixture
+def filled(_isolated_cache_root: Path) -> Iterator[Cache]:
+    """This machine's own cache (where the command looks by default), with a few entries."""
+    record = TimingRecord(
+        candidates=(
+            CandidateTiming("direct", (3e-5, 3.1e-5)),
+            CandidateTiming("im2col", (1e-5, 1.2e-5)),
+            CandidateTiming("winograd", error="unsupported"),
+        ),
+        settings={"min_time": 0.01},
+    )
+    with Cache.open() as cache:
+        with cache.run("tune", "from the tests") as run_id:
+            good = cache.put(
+                "conv_F32_m64_k3",
+                choice="im2col",
+                candidates=NAMES,
+                heuristic="direct",
+                record=record,
+                speedup=2.5,
+                run_id=run_id,
+            )
+        masked = cache.put("conv_F32_m128_k3", choice="winograd", candidates=NAMES)
+        cache.put("matmul_F32_m8_n8", choice="direct", candidates=NAMES)
+        cache.validate(
+            good, model="resnet", fingerprint="r1", verdict="validated", rounds=3, confirmations=3
+        )
+        cache.validate(masked, model="resnet", fingerprint="r1", verdict="masked", rounds=3)
+        yield cache
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str, status: int = 0) -> Any:
+    assert main([*args, "--json"]) == status
+    return json.loads(capsys.readouterr().out)
+
+
+def _human(capsys: pytest.CaptureFixture[str], *args: str, status: int = 0) -> str:
+    assert main(list(args)) == status
+    return capsys.readouterr().out
+
+
+def _rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {
+            t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables
+        }
+    finally:
+        conn.close()
+
+
+def test_statuses_match_the_store() -> None:
+    from tunecache.cli import STATUSES
+    from tunecache.store.models import ENTRY_STATUSES
+
+    assert STATUSES == ENTRY_STATUSES
+
+
+def test_list_json_and_filters(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _json(capsys, "list")
+    assert out["count"] == 3
+    row = next(e for e in out["entries"] if e["key"] == "conv_F32_m64_k3")
+    assert (row["choice"], row["heuristic"], row["speedup"]) == ("im2col", "direct", 2.5)
+    assert row["validated_by"] == ["resnet"] and row["masked_by"] == []
+    assert datetime.fromisoformat(row["updated_at"]).tzinfo is not None
+    assert [e["key"] for e in _json(capsys, "list", "--op", "matmul")["entries"]] == [
+        "matmul_F32_m8_n8"
+    ]
+    assert _json(capsys, "show", "--model", "resnet", "--signature", "conv_F32")["count"] == 2
+    assert _json(capsys, "list", "--older-than", "1d")["count"] == 0
+    assert _json(capsys, "list", "--newer-than", "2000-01-01")["count"] == 3
+    assert _json(capsys, "list", "--limit", "1")["count"] == 1
+
+
+def test_list_prints_a_table(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _human(capsys, "list")
+    header = next(line for line in out.splitlines() if "key" in line and "choice" in line)
+    for column in ("heuristic", "speedup", "validated by", "masked by", "updated"):
+        assert column in header
+    assert re.search(r"conv_F32_m64_k3\s.*im2col\s.*direct\s.*2\.5x.*resnet", out)
+    assert "3 entries" in out
+
+
+def test_bad_arguments_are_usage_errors_and_touch_nothing(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _rows(filled.path)
+    for args in (
+        ("list", "--older-than", "last tuesday"),
+        ("list", "--status", "golden"),
+        ("list", "--limit", "-1"),
+        ("prune",),
+        ("prune", "--older-than", "soon"),
+        ("export", "--json"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(list(args))
+        assert stop.value.code == EXIT_USAGE, args
+        assert "error:" in capsys.readouterr().err
+    assert _rows(filled.path) == before
+
+
+def test_inspect_by_id_and_by_key(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    entry = filled.get("conv_F32_m64_k3")
+    assert entry is not None
+    [by_id] = _json(capsys, "inspect", str(entry.id))["entries"]
+    assert by_id["entry"]["key"] == "conv_F32_m64_k3"
+    assert [c["samples"] for c in by_id["candidates"]] == [2, 2, 0]
+    assert by_id["candidates"][2]["error"] == "unsupported"
+    assert by_id["verdicts"][0]["model"] == "resnet"
+    assert by_id["run"]["notes"] == "from the tests"
+    out = _human(capsys, "inspect", "conv_F32_m64_k3")
+    assert "im2col" in out and "11 µs" in out and "unsupported" in out
+    assert "min_time=0.01" in out and "resnet" in out and "from the tests" in out
+
+
+def test_inspect_of_a_missing_entry_exits_1(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", "4242"]) == 1
+    assert (
+        capsys.readouterr().err.strip()
+        == "tunecache: error: no entry for entry 4242 on this device"
+    )
+    assert main(["inspect", "gemm__bad"]) == 2
+
+
+def test_models(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    [model] = _json(capsys, "models")["models"]
+    assert (model["name"], model["validated"], model["masked"]) == ("resnet", 1, 1)
+    assert "resnet" in _human(capsys, "models")
+
+
+def test_prune_dry_run_then_for_real(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _rows(filled.path)
+    dry = _json(capsys, "prune", "--masked", "--unvalidated", "--dry-run")
+    assert dry["dry_run"] is True
+    assert sorted(e["key"] for e in dry["entries"]) == ["conv_F32_m128_k3", "matmul_F32_m8_n8"]
+    assert _rows(filled.path) == before
+    assert "would remove 2 entries" in _human(
+        capsys, "prune", "--masked", "--unvalidated", "--dry-run"
+    )
+    real = _json(capsys, "prune", "--masked", "--unvalidated")
+    assert real["entries"] == dry["entries"] and real["dry_run"] is False
+    assert [e.key.text for e in filled.entries()] == ["conv_F32_m64_k3"]
+
+
+def test_prune_stale_against_a_candidates_file(
+    filled: Cache, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lists = tmp_path / "lists.json"
+    lists.write_text(json.dumps({"conv_F32": ["direct", "im2col"]}))
+    out = _json(capsys, "prune", "--candidates", str(lists), "--dry-run")
+    assert sorted(e["key"] for e in out["entries"]) == ["conv_F32_m128_k3", "conv_F32_m64_k3"]
+    lists.write_text("[1, 2]")
+    assert main(["prune", "--candidates", str(lists)]) == 2
+    assert "must map each signature" in capsys.readouterr().err
+
+
+def test_prune_versions(
+    filled: Cache, capsys: pytest.CaptureFixture[str], _isolated_cache_root: Path
+) -> None:
+    old = replace(filled.device, client_version="0.0.1")
+    with Cache.open(device=old) as stale:
+        stale.put("conv_F32_m1", choice="direct", candidates=NAMES)
+        folder = stale.path.parent.parent
+    out = _json(capsys, "prune", "--versions")
+    assert [(v["version"], v["removed"]) for v in out["versions"]] == [("0.0.1", True)]
+    assert not folder.exists() and filled.count() == 3
+
+
+def test_export_then_import_elsewhere_round_trips(
+    filled: Cache, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    first, second, other = tmp_path / "a.cbor", tmp_path / "b.cbor", tmp_path / "other.db"
+    summary = _json(capsys, "export", "-o", str(first))
+    assert summary["entries"] == 3 and summary["bytes"] == first.stat().st_size
+    report = _json(capsys, "import", str(first), "--db", str(other))
+    assert report["counts"]["added"] == 3 and report["run_id"] is not None
+    assert "exported 3 entries" in _human(capsys, "export", "-o", str(second), "--db", str(other))
+    one, two = cbor2.loads(first.read_bytes()), cbor2.loads(second.read_bytes())
+    one.pop("exported_at")
+    two.pop("exported_at")
+    assert one == two
+    assert "unchanged" in _human(capsys, "import", str(first), "--db", str(other))
+
+
+def test_a_truncated_or_foreign_file_is_refused_and_changes_nothing(
+    filled: Cache, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    export = tmp_path / "a.cbor"
+    assert main(["export", "-o", str(export)]) == 0
+    capsys.readouterr()
+    target = tmp_path / "target.db"
+    assert main(["where", "--db", str(target)]) == 0
+    capsys.readouterr()
+    before = _rows(target)
+    truncated = tmp_path / "cut.cbor"
+    truncated.write_bytes(export.read_bytes()[:-7])
+    assert main(["import", str(truncated), "--db", str(target)]) == 3
+    assert capsys.readouterr().err.startswith("tunecache: error: export file: ")
+    assert main(["import", str(tmp_path / "missing.cbor"), "--db", str(target)]) == 2
+    capsys.readouterr()
+    # Another thread count is another device: refused unless allowed, then unvalidated.
+    assert main(["import", str(export), "--db", str(target), "--threads", "97"]) == 4
+    assert "allow another device" in capsys.readouterr().err
+    assert _rows(target) == before
+    report = _json(
+        capsys,
+        "import",
+        str(export),
+        "--db",
+        str(target),
+        "--threads",
+        "97",
+        "--allow-other-device",
+    )
+    assert report["other_device"] is True and report["counts"]["added"] == 3
+    statuses = _json(capsys, "list", "--db", str(target), "--threads", "97")["entries"]
+    assert {e["status"] for e in statuses} == {"unvalidated"}
+
+
+def test_merge_a_database_and_an_export(
+    filled: Cache, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "target.db"
+    with Cache.open(path=target) as cache:
+        cache.put("conv_F32_m64_k3", choice="direct", candidates=NAMES)
+    report = _json(capsys, "merge", str(filled.path), "--db", str(target), "--policy", "both")
+    assert report["kind"] == "merge"
+    assert report["counts"] == {
+        "added": 2,
+        "unchanged": 0,
+        "kept-local": 0,
+        "replaced": 0,
+        "kept-both": 1,
+    }
+    assert report["origin_device"] is not None
+    export = tmp_path / "a.cbor"
+    assert main(["export", "-o", str(export)]) == 0
+    capsys.readouterr()
+    out = _human(capsys, "merge", str(export), "--db", str(target), "--policy", "evidence")
+    assert "replaced" in out and "conv_F32_m64_k3" in out
+    assert main(["merge", str(tmp_path / "nothing.db")]) == 2
+
+
+def test_doctor(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    report = _json(capsys, "doctor")
+    assert report["healthy"] is True and report["integrity"] == ["ok"]
+    conn = sqlite3.connect(filled.path)
+    conn.execute("INSERT INTO keys (text, signature, dims) VALUES ('pool_F32', 'pool_F32', '')")
+    conn.commit()
+    conn.close()
+    report = _json(capsys, "doctor", status=1)
+    assert [p["kind"] for p in report["problems"]] == ["orphaned-keys"]
+    assert "--repair would delete them" in _human(capsys, "doctor", status=1)
+    assert "repaired: delete them" in _human(capsys, "doctor", "--repair")
+    assert _json(capsys, "doctor")["problems"] == []
+
+
+def test_sql(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    info = _json(capsys, "sql")
+    assert info["database"] == str(filled.path)
+    assert "decisions" in info["views"] and len(info["examples"]) >= 3
+    assert "SELECT" in _human(capsys, "sql")
+    result = _json(capsys, "sql", "SELECT key, choice FROM decisions ORDER BY key")
+    assert result["columns"] == ["key", "choice"] and len(result["rows"]) == 3
+    assert "conv_F32_m64_k3" in _human(capsys, "sql", "SELECT key FROM decisions")
+    before = _rows(filled.path)
+    assert main(["sql", "DELETE FROM entries"]) == 2
+    assert "not authorized" in capsys.readouterr().err
+    assert _rows(filled.path) == before
+
+
+def test_export_to_a_pipe_and_a_bad_import_from_stdin(
+    filled: Cache, capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    assert main(["export"]) == 0  # stdout is not a terminal here: the CBOR goes to it
+    exported = capsysbinary.readouterr().out
+    assert cbor2.loads(exported)["format"] == "tunecache-export"
+    # A real process, so "one line, never a traceback" is what a user would see.
+    imported = subprocess.run(
+        [sys.executable, "-m", "tunecache", "import", "-", "--db", str(tmp_path / "t.db")],
+        input=exported[:-3],
+        capture_output=True,
+        timeout=120,
+    )
+    assert imported.returncode == 3
+    assert b"Traceback" not in imported.stderr
+    assert imported.stderr.decode().strip().splitlines()[-1].startswith("tunecache: error:")
+    assert not (tmp_path / "t.db").exists() or _rows(tmp_path / "t.db")["entries"] == []
