@@ -325,8 +325,6 @@ class _Reader:
         self.timeout = timeout
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
-        #: whether the file existed when first read; a missing file is an empty cache
-        self.missing = False
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is not None and self._pid == os.getpid():
@@ -334,8 +332,7 @@ class _Reader:
         # A connection inherited across fork() must never be used by the child: open anew.
         self._conn = None
         if not self.path.exists():
-            self.missing = True
-            return None
+            return None  # no cache: every answer is the heuristic, and nothing is created
         conn = self._open("mode=ro")
         try:
             self._check(conn)
@@ -452,7 +449,7 @@ class _Reader:
         return True
 
     def candidate_sets(self, signature: str) -> list[tuple[str, tuple[str, ...]]]:
-        """The candidate lists stored for a signature (for explain), newest checksum last."""
+        """The candidate lists stored for a signature (for explain), by checksum."""
         conn = self._connect()
         if conn is None:
             return []
