@@ -333,6 +333,16 @@ def test_a_version_folder_in_use_is_skipped(filled: Filled, tmp_path: Path) -> N
     assert maintain.prune_versions(filled.cache.device, root=root)[0].removed
 
 
+def test_a_version_folder_with_quarantined_databases_goes(filled: Filled, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    old = _version(root, "0.0.6")
+    aside = old.parent / "quarantine" / "cache.db.20260101T000000.42"
+    aside.mkdir(parents=True)
+    (aside / "cache.db").write_bytes(b"damaged" * 10)
+    [found] = maintain.prune_versions(filled.cache.device, root=root)
+    assert found.removed and not old.parent.parent.exists()
+
+
 def test_a_version_folder_with_foreign_files_is_left(filled: Filled, tmp_path: Path) -> None:
     root = tmp_path / "store"
     old = _version(root, "0.0.7")

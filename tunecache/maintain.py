@@ -46,6 +46,7 @@ from tunecache.store.models import (
     ValidationRow,
     utcnow,
 )
+from tunecache.store.quarantine import QUARANTINE_DIR
 
 __all__ = [
     "EXAMPLE_QUERIES",
@@ -809,6 +810,9 @@ def _unexpected(version_dir: Path) -> str | None:
         if device_dir.is_symlink() or not device_dir.is_dir():
             return f"{device_dir.name} is not a device folder"
         for item in device_dir.iterdir():
+            if item.name == QUARANTINE_DIR and item.is_dir() and not item.is_symlink():
+                # Damaged databases tunecache moved aside: nobody writes to them any more.
+                continue
             if item.is_symlink() or not item.is_file():
                 return f"{device_dir.name}/{item.name} is not a file"
             if not item.name.startswith(paths.DATABASE_NAME):
