@@ -79,12 +79,14 @@ __all__ = [
 FORMAT = "tunecache-export"
 #: the newest export format version this module writes and reads
 FORMAT_VERSION = 1
+# The defaults bound what a hostile file can cost (the pre-scan walks about 2.5 million items a
+# second; cbor2 then builds them) while leaving room for ~200,000 entries with their records.
 #: default limit on the size of an export to decode, in bytes
-MAX_SIZE = 1024 * 1024 * 1024
+MAX_SIZE = 512 * 1024 * 1024
 #: default limit on nesting (a valid v1 document nests 5 deep; timing records are byte strings)
 MAX_DEPTH = 8
 #: default limit on the number of CBOR items (a v1 entry takes about 25, a verdict about 15)
-MAX_ITEMS = 20_000_000
+MAX_ITEMS = 5_000_000
 #: conflict policies: keep the local entry, keep the one with stronger evidence, keep both
 POLICIES = ("local", "evidence", "both")
 
@@ -441,7 +443,13 @@ def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
     }
     data: bytes = cbor2.dumps(doc, canonical=True)
     # Never write what the default importer would refuse to read back.
-    _check_bounds(data, MAX_SIZE, MAX_DEPTH, MAX_ITEMS)
+    try:
+        _check_bounds(data, MAX_SIZE, MAX_DEPTH, MAX_ITEMS)
+    except CodecError as error:
+        raise CodecError(
+            f"this cache is too large for one export file ({str(error).removeprefix(_PREFIX)}); "
+            "prune it first"
+        ) from None
     return data
 
 
