@@ -7,10 +7,10 @@ never deleted (a person may want it back), and the open goes on with a fresh cac
 
 - The three files move together. A -wal left behind would be replayed into whatever database
   takes the name next, mixing another file's pages into it without SQLite noticing.
-- It happens under a lock (`<database>.lock`, flock). Every opener looks at the file holding
-  the lock shared; one that finds damage takes it exclusive and looks again before it moves
-  anything, so of several processes that find the same damage exactly one moves it, and none
-  moves the fresh cache another has begun in its place.
+- It happens under a lock (`<database>.quarantine-lock`, flock). Every opener looks at the
+  file holding the lock shared; one that finds damage takes it exclusive and looks again before
+  it moves anything, so of several processes that find the same damage exactly one moves it,
+  and none moves the fresh cache another has begun in its place.
 - A database the user named explicitly (`path=`) is never moved: it may be anything, even a
   document opened by mistake. Opening it raises StoreError and leaves it as it was.
 - A zero-byte file is not damaged: SQLite creates the file before it writes the first page,
@@ -48,7 +48,7 @@ _CORRUPT_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 def lock_path(db: Path) -> Path:
     """The lock file that serialises moving the database at `db` aside."""
-    return db.with_name(db.name + ".lock")
+    return db.with_name(db.name + ".quarantine-lock")
 
 
 def _is_corrupt(error: sqlite3.Error) -> bool:
