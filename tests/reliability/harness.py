@@ -25,7 +25,7 @@ import sqlite3
 import statistics
 import struct
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -830,7 +830,7 @@ def migration_window(facts: GoldenFacts, db: Path) -> float:
 def crash_migration(db: Path, facts: GoldenFacts, seed: int, window: float) -> Trial:
     """SIGKILL a process at a random point of upgrading a copy of a golden database."""
     rng = random.Random(seed)
-    trial = Trial(f"migration {facts.revision}", seed)
+    trial = Trial("migration", seed)
     remove_database(db)
     shutil.copy(facts.path, db)
     kid = Child(lambda s: _migrating_child(db, s))
@@ -845,9 +845,11 @@ def crash_migration(db: Path, facts: GoldenFacts, seed: int, window: float) -> T
     trial.violations += [f"child failed: {c}" for c in kid.crashes()]
     stamped = revisions(db)
     if stamped == [facts.revision]:
-        trial.phase, want, outcome = "before commit", facts.old_schema, migrate.Outcome.UPGRADED
+        want, outcome = facts.old_schema, migrate.Outcome.UPGRADED
+        trial.phase = f"{facts.revision}: before commit"
     elif stamped == [migrate.HEAD]:
-        trial.phase, want, outcome = "after commit", facts.new_schema, migrate.Outcome.CURRENT
+        want, outcome = facts.new_schema, migrate.Outcome.CURRENT
+        trial.phase = f"{facts.revision}: after commit"
     else:
         trial.violations.append(f"schema stamped {stamped}: neither old nor new")
         return trial
@@ -892,3 +894,110 @@ def open_all_at_once(db: Path, processes: int) -> list[str]:
         opened = [m.text for m in kid.messages if m.tag == MARK and m.a == OPENED]
         out += opened or [f"failed: {kid.crashes()}"]
     return sorted(out)
+
+
+# -- 3. crashes during an import ------------------------------------------------------------------
+
+
+@dataclass
+class ImportSource:
+    """An export of `entries` entries, and the rows it must leave when imported."""
+
+    data: bytes
+    rows: dict[str, tuple[object, ...]]
+
+
+def import_source(scratch: Path, entries: int) -> ImportSource:
+    """Write `entries` entries into a scratch cache and export them."""
+    from tunecache.exchange import export_cache
+
+    db = scratch / "import-source.db"
+    remove_database(db)
+    with Cache.open(device=DEVICE, path=db) as cache:
+        for seq in range(entries):
+            write_for(5, seq, make_key("conv_F32_imported", h=seq + 1)).put(cache)
+        data = export_cache(cache)
+    source = ImportSource(data, rows(db))
+    remove_database(db)
+    return source
+
+
+def _importing_child(db: Path, data: bytes, send: Sender) -> None:
+    from tunecache.exchange import import_cache
+
+    with Cache.open(device=DEVICE, path=db) as cache:
+        # Tracing, not mocking: decoding the export takes most of an import's time, so the
+        # parent times its kills from the moment the write transaction begins.
+        write = cache._write
+
+        @contextlib.contextmanager
+        def traced() -> Iterator[Any]:
+            send(MARK, IMPORTING)
+            with write() as conn:
+                yield conn
+
+        cache._write = traced  # type: ignore[method-assign]
+        send(READY)
+        import_cache(cache, data)
+        send(MARK, IMPORTED)
+
+
+def _local_cache(db: Path) -> dict[str, tuple[object, ...]]:
+    remove_database(db)
+    with Cache.open(device=DEVICE, path=db) as cache:
+        for seq in range(10):
+            write_for(6, seq, make_key("conv_F32_local", h=seq + 1)).put(cache)
+    return rows(db)
+
+
+def import_window(source: ImportSource, db: Path) -> float:
+    """Seconds from the start of an import to its end, measured once."""
+    _local_cache(db)
+    kid = Child(lambda s: _importing_child(db, source.data, s))
+    marks: dict[int, float] = {}
+    while not kid.eof:
+        for _, m in pump([kid], 1.0):
+            if m.tag == MARK:
+                marks[m.a] = time.monotonic()
+    kid.finish()
+    if IMPORTING not in marks or IMPORTED not in marks:
+        raise RuntimeError(f"calibration import did not run: {kid.crashes()}")
+    return marks[IMPORTED] - marks[IMPORTING]
+
+
+def crash_import(db: Path, source: ImportSource, seed: int, window: float) -> Trial:
+    """SIGKILL a process at a random point of importing an export: all of it or none lands."""
+    rng = random.Random(seed)
+    trial = Trial("import", seed)
+    local = _local_cache(db)
+    kid = Child(lambda s: _importing_child(db, source.data, s))
+    deadline = time.monotonic() + 120
+    while not any(m.tag == MARK and m.a == IMPORTING for m in kid.messages) and not kid.eof:
+        if time.monotonic() > deadline:
+            break
+        pump([kid], 1.0)
+    # A quarter past the window: some kills land after the commit too.
+    time.sleep(rng.uniform(0, window * 1.25))
+    kid.kill()
+    kid.finish()
+    trial.violations += [f"child failed: {c}" for c in kid.crashes()]
+    finished = any(m.tag == MARK and m.a == IMPORTED for m in kid.messages)
+    problems = structure_problems(db)
+    if problems:
+        trial.violations += problems
+        return trial
+    stored = rows(db)
+    if {k: stored.pop(k, None) for k in local} != local:
+        trial.violations.append("entries that were there before the import changed")
+    if stored == source.rows:
+        trial.phase = "after commit"
+    elif not stored:
+        trial.phase = "before commit"
+        if finished:
+            trial.violations.append("the import returned but its entries are missing")
+    else:
+        trial.violations.append(
+            f"half an import: {len(stored)} of {len(source.rows)} entries, or changed ones"
+        )
+    _still_usable(db, trial)
+    return trial
