@@ -454,3 +454,47 @@ def test_export_to_a_pipe_and_a_bad_import_from_stdin(
     assert b"Traceback" not in imported.stderr
     assert imported.stderr.decode().strip().splitlines()[-1].startswith("tunecache: error:")
     assert not (tmp_path / "t.db").exists() or _rows(tmp_path / "t.db")["entries"] == []
+
+
+# --- explain -------------------------------------------------------------------------------------
+
+
+def test_explain_says_how_the_resolver_answers_and_why(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _rows(filled.path)
+    exact = _json(capsys, "explain", "conv_F32_m64_k3")
+    assert (exact["choice"], exact["source"]) == ("im2col", "exact")
+    # resnet masked m128: for it, the heuristic; for a model with no verdict, nothing validated
+    # m128, so it is not served either, but m96 borrows from the validated m64.
+    masked = _json(
+        capsys, "explain", "conv_F32_m128_k3", "--model", "resnet", "--heuristic", "direct"
+    )
+    assert (masked["choice"], masked["source"]) == ("direct", "masked")
+    near = _json(capsys, "explain", "conv_F32_m96_k3", "--model", "vgg")
+    assert (near["choice"], near["source"], near["borrowed_from"]) == (
+        "im2col",
+        "nearest",
+        "conv_F32_m64_k3",
+    )
+    assert near["distance"] == pytest.approx(0.585, abs=1e-3)
+    text = _human(capsys, "explain", "conv_F32_m1000_k3", "--candidates", ",".join(NAMES))
+    assert "beyond the cap" in text and "(heuristic)" in text
+    assert _rows(filled.path) == before  # explain only reads
+
+
+def test_explain_without_a_known_candidate_list_exits_1(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _json(capsys, "explain", "gemm_F16_m8", status=1)
+    assert out["source"] is None
+    assert any("no candidate list is stored" in step for step in out["steps"])
+
+
+def test_explain_refuses_bad_input_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "conv__m64"]) == 2  # an empty token: not a key
+    assert "tunecache: error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["explain", "conv_F32_m64", "--scenario", "s=1,x"])
+    assert stop.value.code == EXIT_USAGE
+    assert main(["explain", "conv_F32_m64", "--candidates", "a,b", "--heuristic", "c"]) == 2

@@ -135,7 +135,7 @@ def bench_exact(path: Path, shapes: list[tuple[int, int, int]]) -> bool:
     answer = table.resolve(key, CANDIDATES, HEURISTIC)
     assert answer.source == "exact", answer
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def cached(key: Key, candidates: tuple[str, ...], heuristic: str) -> str:
         return heuristic
 
@@ -210,7 +210,7 @@ def bench_nearest(path: Path, shapes: list[tuple[int, int, int]], queries: int) 
 
     key = next(k for k, a in answers.items() if a.source == "nearest")
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def cached(key: Key, candidates: tuple[str, ...], heuristic: str) -> str:
         return heuristic
 
@@ -331,9 +331,8 @@ def main() -> int:
         t = time.perf_counter()
         path, shapes = build(root, args.entries)
         size = path.stat().st_size + sum(p.stat().st_size for p in path.parent.glob("cache.db-*"))
-        print(
-            f"built {len(shapes):,} entries in {time.perf_counter() - t:.1f} s ({size / 2**20:.1f} MB on disk)\n"
-        )
+        took = time.perf_counter() - t
+        print(f"built {len(shapes):,} entries in {took:.1f} s ({size / 2**20:.1f} MB on disk)\n")
         ok = bench_exact(path, shapes)
         ok &= bench_nearest(path, shapes, 200 if args.quick else 2000)
         ok &= bench_cold(root, path, shapes, 5 if args.quick else 21)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tunecache._version import __version__
 from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
+from tunecache.keys import format_key
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -698,6 +699,55 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- explain ---------------------------------------------------------------------------------
+
+
+def _scenario_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, sizes = text.partition("=")
+    try:
+        values = tuple(int(v) for v in sizes.split(","))
+    except ValueError:
+        values = ()
+    if not sep or not name or not values:
+        raise argparse.ArgumentTypeError(
+            f"a scenario is NAME=SIZE,SIZE,... (s=1,64,256), not {text!r}"
+        )
+    return name, values
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Show how the resolver would answer KEY for this device (and model), and why: masks, the
+    exact entry, the nearest tuned shapes with their distances, or the heuristic. Reads only;
+    without --candidates, each candidate list stored for the key's signature is tried."""
+    from tunecache.resolve import Table
+
+    table = Table.open(
+        client=args.client,
+        client_version=args.client_version,
+        threads=args.threads,
+        accelerator=args.accelerator,
+        root=args.root,
+        path=args.db,
+        model=args.model,
+        fingerprint=args.fingerprint,
+        use=args.use,
+        max_distance=args.max_distance,
+        scenarios=dict(args.scenario or ()),
+    )
+    candidates = None
+    if args.candidates is not None:
+        candidates = tuple(name for name in args.candidates.split(",") if name)
+    explanation = table.explain(args.key, candidates, args.heuristic)
+    table.close()
+    if args.json:
+        _print_json(explanation.as_dict())
+    else:
+        print(f"key: {format_key(explanation.key)}")
+        for step in explanation.steps:
+            print(f"  {step}")
+    return 0 if explanation.answer is not None else EXIT_PROBLEMS
+
+
 # --- the parser ------------------------------------------------------------------------------
 
 
@@ -797,7 +847,33 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = _subcommand(sub, "inspect", cmd_inspect, "show one entry's full evidence")
     inspect.add_argument("target", metavar="KEY_OR_ID", help="an entry id, or a key's text")
 
-    # `tunecache explain KEY [--model M]` belongs to the resolver and is added beside these.
+    explain = _subcommand(sub, "explain", cmd_explain, "how the resolver would answer a key")
+    explain.add_argument("key", metavar="KEY", help="a key's text, e.g. matmul_F32_m256_k256_n64")
+    explain.add_argument("--model", help="resolve as this model sees the cache (its masks apply)")
+    explain.add_argument("--fingerprint", help="the model's fingerprint (default: any)")
+    explain.add_argument(
+        "--use",
+        choices=("validated", "own", "all"),
+        default="validated",
+        help="which entries serve: validated by any model (default), by this model, or all",
+    )
+    explain.add_argument(
+        "--max-distance",
+        type=float,
+        default=1.0,
+        help="how far a nearest shape may be borrowed from, summed |log2 ratio| (default 1.0)",
+    )
+    explain.add_argument(
+        "--scenario",
+        type=_scenario_arg,
+        action="append",
+        metavar="NAME=SIZES",
+        help="a symbolic dim and its tuned sizes, e.g. s=1,64,256,1024 (repeatable)",
+    )
+    explain.add_argument(
+        "--candidates", metavar="A,B,...", help="the caller's legal candidates, in order"
+    )
+    explain.add_argument("--heuristic", help="the caller's own pick, one of the candidates")
 
     _subcommand(sub, "models", cmd_models, "list the models seen, with their verdict counts")
 
