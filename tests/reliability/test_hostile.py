@@ -1,0 +1,198 @@
+"""Hostile input through every door: key text, timing records inside a cache file, exports.
+
+tests/test_codec.py and tests/test_keys.py refuse hostile CBOR and key text at the codec and
+the parser, and tests/test_exchange.py refuses hostile exports without changing the cache. What
+they leave out is done here: every door of the store (Cache.get and put, Cache.record of a
+record someone scribbled into the file, the resolver, import_cache), in a forked child whose
+address space may grow by at most CAP bytes (RLIMIT_AS), each refusal a typed TunecacheError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from tests.reliability import harness
+from tests.reliability.harness import DEVICE, MARK, NAMES, OPENED, Child, Sender
+from tunecache.cache import Cache
+from tunecache.codec import encode
+from tunecache.errors import TunecacheError
+from tunecache.keys import make_key
+
+#: how much more memory the child may map than it had when it started
+CAP = 256 * 1024 * 1024
+
+KEY_TEXTS = {
+    "10 MB of underscores": "_" * 10_000_000,
+    "10 MB of one token": "a" * 10_000_000,
+    "a 5000-digit dim": "conv_F32_m" + "9" * 5000,
+    "a dim beyond 63 bits": f"conv_F32_m{2**63}",
+    "a NUL byte": "conv\x00_F32_m1",
+    "a lone surrogate": "conv_F32\ud800_m1",
+    "100k dims": "conv_F32_" + "_".join(f"d{i % 9}" for i in range(100_000)),
+    "empty": "",
+    "only a dims block": "_m1_k2",
+}
+
+RECORDS = {
+    "deep nesting": b"\x81" * 100_000 + b"\x00",
+    "declared length 2**64-1": b"\x5b" + b"\xff" * 8,
+    "array of 2**64-1 items": b"\x9b" + b"\xff" * 8 + b"\x00" * 8,
+    "tag chain": b"\xd8\x1c" * 1000 + b"\x00",
+    "indefinite-length map": b"\xbf\xff",
+    "duplicate map keys": b"\xa2\x61v\x01\x61v\x01",
+    "trailing bytes": encode(harness.record_for(0, 0)) + b"\x00",
+    "NaN sample": None,  # built from a valid record below
+    "negative sample": None,
+    "17 MB blob": b"\x00" * (17 * 1024 * 1024),
+}
+
+
+def _with_sample(value: bytes) -> bytes:
+    record = cbor2.loads(encode(harness.record_for(0, 0)))
+    record["c"][0]["s"] = value + record["c"][0]["s"][8:]
+    return bytes(cbor2.dumps(record, canonical=True))
+
+
+RECORDS["NaN sample"] = _with_sample(b"\x00\x00\x00\x00\x00\x00\xf8\x7f")
+RECORDS["negative sample"] = _with_sample(b"\x00\x00\x00\x00\x00\x00\xf0\xbf")
+
+
+def _exports(valid: bytes) -> dict[str, bytes]:
+    doc = cbor2.loads(valid)
+    hostile_record = dict(doc)
+    hostile_record["entries"] = [dict(e) for e in doc["entries"]]
+    hostile_record["entries"][0]["record"] = RECORDS["tag chain"]
+    duplicated = dict(doc)
+    duplicated["entries"] = doc["entries"] + doc["entries"][:1]
+    return {
+        "export: array of 2**64-1 items": b"\x9b" + b"\xff" * 8 + b"\x00" * 8,
+        "export: map of 2**63 pairs": b"\xbb\x80" + b"\x00" * 15,
+        "export: deep nesting": b"\xa1\x00" * 100_000 + b"\x00",
+        "export: tag chain": b"\xd8\x1c" * 1000 + b"\x00",
+        "export: indefinite array": b"\x9f" * 1000 + b"\xff" * 1000,
+        "export: trailing bytes": valid + b"\x00",
+        "export: hostile record inside": bytes(cbor2.dumps(hostile_record)),
+        "export: an entry twice": bytes(cbor2.dumps(duplicated)),
+        "export: a SQLite file": b"SQLite format 3\x00" + bytes(4096),
+    }
+
+
+def _vm_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def _prepare(tmp_path: Path) -> tuple[Path, dict[str, int], bytes]:
+    """A cache whose entries hold the hostile records, and a valid export of a clean cache."""
+    db = tmp_path / "hostile.db"
+    ids = {}
+    with Cache.open(device=DEVICE, path=db) as cache:
+        for i, name in enumerate(RECORDS):
+            entry = cache.put(
+                make_key("conv_F32_hostile", h=i + 1),
+                choice=NAMES[0],
+                candidates=NAMES,
+                record=harness.record_for(0, i),
+            )
+            ids[name] = entry.id
+    with sqlite3.connect(db) as conn:
+        for name, blob in RECORDS.items():
+            conn.execute("UPDATE timing_records SET data = ? WHERE entry_id = ?", (blob, ids[name]))
+    clean = tmp_path / "clean.db"
+    valid = b""
+    exchange = _exchange()
+    if exchange is not None:
+        with Cache.open(device=DEVICE, path=clean) as cache:
+            for i in range(3):
+                harness.write_for(0, i, make_key("conv_F32_clean", h=i + 1)).put(cache)
+            valid = exchange.export_cache(cache)
+    return db, ids, valid
+
+
+def _exchange():  # type: ignore[no-untyped-def]
+    try:
+        import tunecache.exchange as exchange
+    except ImportError:
+        return None
+    return exchange
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS is enforced on Linux")
+def test_hostile_input_is_refused_typed_quickly_and_in_bounded_memory(tmp_path: Path) -> None:
+    db, ids, valid = _prepare(tmp_path)
+    exchange = _exchange()
+    resolve = None
+    if harness._have_resolver():
+        from tunecache import resolve
+
+    def body(send: Sender) -> None:
+        import resource
+
+        cache = Cache.open(device=DEVICE, path=db)
+        target = Cache.open(device=DEVICE, path=tmp_path / "target.db")
+        table = None if resolve is None else resolve.Table.open(device=DEVICE, path=db)
+        cases: dict[str, Callable[[], object]] = {}
+        for name, text in KEY_TEXTS.items():
+            cases[f"get: {name}"] = lambda t=text: cache.get(t, candidates=NAMES)
+            cases[f"put: {name}"] = lambda t=text: cache.put(t, choice=NAMES[0], candidates=NAMES)
+            if table is not None:
+                cases[f"resolve: {name}"] = lambda t=text: table.resolve(t, NAMES, NAMES[0])
+        for name, entry_id in ids.items():
+            cases[f"stored record: {name}"] = lambda i=entry_id: cache.record(i)
+        if exchange is not None:
+            for name, data in _exports(valid).items():
+                cases[name] = lambda d=data: exchange.import_cache(target, d)
+        before = target.count()
+        limit = _vm_bytes() + CAP
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        for name, case in cases.items():
+            start = time.perf_counter()
+            try:
+                case()
+                outcome = "accepted"
+            except TunecacheError as error:
+                outcome = f"refused: {type(error).__name__}"
+                if "\n" in str(error):
+                    outcome = "refused with a multi-line message"
+            except BaseException as error:  # MemoryError, RecursionError, anything untyped
+                outcome = f"escaped: {type(error).__name__}: {str(error)[:200]}"
+            elapsed = time.perf_counter() - start
+            send(MARK, OPENED, round(elapsed * 1e6), text=json.dumps([name, outcome]))
+        send(MARK, OPENED, -1, text=json.dumps(["target entries changed", target.count() - before]))
+
+    kid = Child(body)
+    kid.finish()
+    assert kid.crashes() == [], kid.crashes()
+    results = {}
+    slowest = 0.0
+    for m in kid.messages:
+        if m.tag == MARK:
+            name, outcome = json.loads(m.text)
+            results[name] = outcome
+            slowest = max(slowest, m.b / 1e6)
+    changed = results.pop("target entries changed")
+    print(
+        f"{len(results)} hostile inputs, each refused within +{CAP >> 20} MiB of memory; "
+        f"slowest {slowest * 1000:.1f} ms"
+    )
+    bad = {n: o for n, o in results.items() if not o.startswith("refused: ")}
+    assert bad == {}
+    assert changed == 0  # imports are all or nothing: every refused import wrote nothing
+    # A bound on hangs, not a benchmark: the slowest case takes milliseconds.
+    assert slowest < 1.0
+    # The cache with scribbled records still serves its entries.
+    with Cache.open(device=DEVICE, path=db) as cache:
+        assert cache.count() == len(RECORDS)
+    assert os.path.getsize(db) > 0
