@@ -215,9 +215,12 @@ def filesystem_of(path: Path, mountinfo: str | None = None) -> tuple[str, str] |
     return best
 
 
-def check_filesystem(db: Path) -> None:
-    """Refuse a cache on a network filesystem, unless the user said only one host uses it."""
-    found = filesystem_of(db.parent)
+def check_filesystem(db: Path, mountinfo: str | None = None) -> None:
+    """Refuse a cache on a network filesystem, unless the user said only one host uses it.
+
+    `mountinfo` is the mount table's text (by default, this process's own).
+    """
+    found = filesystem_of(db.parent, mountinfo)
     if found is None or found[1] not in NETWORK_FILESYSTEMS:
         return
     point, kind = found
