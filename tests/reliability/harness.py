@@ -397,6 +397,15 @@ def p99(values: Sequence[float]) -> float:
 # -- 1. concurrent writers ------------------------------------------------------------------------
 
 
+#: the checks of the concurrent-writers scenario, as issue 7 lists them
+ACKED_PRESENT = "every acknowledged entry present, byte-equal"
+ONE_ROW = "overlapping keys end with one row each, holding the last write"
+NOT_LOCKED = "no error (in particular 'database is locked') reached a caller"
+INTEGRITY = "integrity_check ok, nothing half-written"
+WHOLE_READS = "readers saw only whole writes, no process crashed"
+CHECKS = (ACKED_PRESENT, ONE_ROW, NOT_LOCKED, INTEGRITY, WHOLE_READS)
+
+
 @dataclass
 class Concurrency:
     """What N writers and M readers did to one cache, and what the checks found."""
@@ -409,7 +418,13 @@ class Concurrency:
     latencies: list[float] = field(default_factory=list)
     caller_errors: list[str] = field(default_factory=list)
     reads: int = 0
-    violations: list[str] = field(default_factory=list)
+    #: each check of the scenario, with what it found wrong (empty: passed)
+    checks: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CHECKS})
+
+    @property
+    def violations(self) -> list[str]:
+        """Everything every check found wrong."""
+        return [f"{check}: {v}" for check, found in self.checks.items() for v in found]
 
     @property
     def locked_errors(self) -> int:
@@ -563,9 +578,9 @@ def concurrent_writers(
                 result.latencies.append((m.c - m.b) / 1e9)
             elif m.tag == ERROR:
                 result.caller_errors.append(m.text)
-        result.violations += [f"writer {writer} crashed: {c}" for c in kid.crashes()]
+        result.checks[WHOLE_READS] += [f"writer {writer} crashed: {c}" for c in kid.crashes()]
         if os.waitstatus_to_exitcode(kid.status or 0) != 0:
-            result.violations.append(f"writer {writer} exited with {kid.status}")
+            result.checks[WHOLE_READS].append(f"writer {writer} exited with {kid.status}")
     for kid in reader_kids:
         for m in kid.messages:
             if m.tag == COUNT:
@@ -573,43 +588,44 @@ def concurrent_writers(
             elif m.tag == ERROR:
                 result.caller_errors.append(m.text)
             elif m.tag == VIOLATION:
-                result.violations.append(m.text)
-        result.violations += [f"reader crashed: {c}" for c in kid.crashes()]
+                result.checks[WHOLE_READS].append(m.text)
+        result.checks[WHOLE_READS] += [f"reader crashed: {c}" for c in kid.crashes()]
     result.acked = sum(len(v) for v in acked.values())
-    result.violations += _lost_or_stale(db, acked)
-    result.violations += structure_problems(db)
+    result.checks[NOT_LOCKED] += result.caller_errors
+    _lost_or_stale(db, acked, result.checks)
+    result.checks[INTEGRITY] += structure_problems(db)
     return result
 
 
-def _lost_or_stale(db: Path, acked: dict[str, list[tuple[int, int, int, int]]]) -> list[str]:
+def _lost_or_stale(
+    db: Path, acked: dict[str, list[tuple[int, int, int, int]]], checks: dict[str, list[str]]
+) -> None:
     """Every acknowledged entry is present; a shared key holds a write no later write beat."""
     stored = rows(db)
-    problems = []
     if len(stored) != len(acked):
-        problems.append(f"{len(stored)} entries stored for {len(acked)} keys written")
+        checks[ONE_ROW].append(f"{len(stored)} entries stored for {len(acked)} keys written")
     for text, writes in acked.items():
         row = stored.get(text)
         if row is None:
-            problems.append(f"acknowledged entry lost: {text}")
+            checks[ACKED_PRESENT].append(f"acknowledged entry lost: {text}")
             continue
         if row == ("DUPLICATE",):
-            problems.append(f"two rows for {text}")
+            checks[ONE_ROW].append(f"two rows for {text}")
             continue
         speedup = row[3]
         assert isinstance(speedup, float)
         writer, seq = origin(speedup)
         mine = [w for w in writes if (w[0], w[1]) == (writer, seq)]
         if not mine:
-            problems.append(f"{text} holds a write nobody acknowledged: {writer}/{seq}")
+            checks[ACKED_PRESENT].append(f"{text} holds a write nobody acknowledged: {seq}")
             continue
         if row != write_for(writer, seq, _key_of(text)).row():
-            problems.append(f"{text}: the stored row differs from write {writer}/{seq}")
+            checks[ACKED_PRESENT].append(f"{text}: the stored row differs from {writer}/{seq}")
         ended = mine[0][3]
         # A write that began after this one's commit returned committed after it: it must win.
         later = [w for w in writes if w[2] > ended]
         if later:
-            problems.append(f"{text}: write {writer}/{seq} beat a later one ({later[0][:2]})")
-    return problems
+            checks[ONE_ROW].append(f"{text}: {writer}/{seq} beat a later write {later[0][:2]}")
 
 
 def _key_of(text: str) -> Key:
