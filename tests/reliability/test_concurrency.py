@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.reliability import harness
+from tunecache.cache import Cache
+from tunecache.errors import TunecacheError
 
 
 @pytest.mark.slow
@@ -31,3 +34,47 @@ def test_a_second_writer_with_no_patience_is_refused_at_once(tmp_path: Path) -> 
     got, seconds = harness.second_writer_refused(tmp_path / "l.db")
     print(f"second writer with busy_timeout=0: {got} after {seconds * 1000:.2f} ms")
     assert got == "StoreBusyError"
+
+
+def test_a_child_forked_inside_a_write_does_not_keep_the_write_lock(tmp_path: Path) -> None:
+    # A child forked while the parent writes inherits the descriptor that holds the writers'
+    # flock; if it kept it, every writer would wait for the child to exit.
+    db = tmp_path / "f.db"
+    harness.new_cache(db)
+    release_r, release_w = os.pipe()
+    with Cache.open(device=harness.DEVICE, path=db) as cache:
+        with cache._write():
+            sleeper = harness.Child(lambda send: os.read(release_r, 1) and None, close=[release_w])
+        got = _write_from_another_process(db)
+        os.close(release_w)
+        sleeper.finish()
+        os.close(release_r)
+    assert got == "written"
+
+
+def test_writes_go_on_without_a_usable_lock_file(tmp_path: Path) -> None:
+    # The queue only orders writers; SQLite's lock keeps them correct. A lock file that cannot
+    # be created (here a link into a folder that does not exist) must not stop a write.
+    db = tmp_path / "n.db"
+    harness.new_cache(db)
+    lock = tmp_path / "n.db.write-lock"
+    lock.unlink()
+    lock.symlink_to(tmp_path / "missing" / "lock")
+    with Cache.open(device=harness.DEVICE, path=db) as cache:
+        harness.write_for(0, 0, harness.shared_key(0)).put(cache)
+        assert cache.count() == 1
+
+
+def _write_from_another_process(db: Path) -> str:
+    def body(send: harness.Sender) -> None:
+        with Cache.open(device=harness.DEVICE, path=db, busy_timeout=2) as other:
+            try:
+                harness.write_for(1, 0, harness.shared_key(1)).put(other)
+                send(harness.ACK)
+            except TunecacheError as error:
+                send(harness.ERROR, text=type(error).__name__)
+
+    kid = harness.Child(body)
+    kid.finish()
+    got = [m for m in kid.messages if m.tag in (harness.ACK, harness.ERROR)]
+    return "written" if got and got[0].tag == harness.ACK else str(got or kid.crashes())

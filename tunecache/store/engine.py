@@ -131,8 +131,12 @@ class _WriteQueue:
         self.timeout = timeout
 
     def acquire(self) -> int:
-        """Take the lock; returns the descriptor that holds it."""
-        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """Take the lock; returns the descriptor that holds it, or -1 where there is no lock
+        file to take (then SQLite's own lock, which every writer takes anyway, orders them)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return -1
         deadline = time.monotonic() + self.timeout
         delay = 0.0002
         while True:
@@ -153,8 +157,9 @@ class _WriteQueue:
     @staticmethod
     def release(fd: int) -> None:
         """Drop the lock held by `fd`."""
-        _held_locks.discard(fd)
-        os.close(fd)
+        if fd >= 0:
+            _held_locks.discard(fd)
+            os.close(fd)
 
 
 def check_timeout(busy_timeout: object) -> float:
