@@ -69,6 +69,10 @@ MEMO_LIMIT = 1 << 20
 # Floating-point slack when comparing log-space distances (exact powers of two tie exactly).
 _EPS = 1e-9
 
+# Resolution of the nearest-shape grid's last axis: 1/16384 of an octave, so 65 octaves (every
+# size a dim can hold, from 1/2 up) fit in 21 bits.
+_FINE = 16384
+
 
 class Answer(NamedTuple):
     """What the resolver answered and why."""
@@ -196,26 +200,33 @@ class _Group:
         return np.where(values > 0, np.log2(np.maximum(values, 1)), -1.0)
 
     def _build(self, cap: float) -> tuple[Any, ...]:
-        """Rows sorted into a grid of half-cap-wide cells on up to three capped dims.
+        """Rows sorted by a grid code over up to three capped dims.
 
-        A row within the cap of the query (in summed distance) lies in a cell whose nearest
-        point is within the cap too, summed over the grid axes: `nearest` visits only those
-        cells. Cells are packed into one int64 code, 21 bits an axis in axis order, so each
-        neighbourhood's cells on the last axis are one contiguous run of the sorted rows.
+        The code packs, 21 bits each, the half-cap-wide cell of every grid axis but the last,
+        then the last axis's log2 size at 1/16384 of an octave. A row within the cap of the
+        query (in summed distance) lies in cells whose nearest points are within the cap too,
+        summed: `nearest` enumerates those cells of the first axes, and for each, the rows whose
+        last-axis size is within what is left of the cap form one contiguous run.
         """
         np = self.np
         logs = self._logs(self.vals)
-        # Half the cap: finer cells fit the diamond-shaped neighbourhood of a summed distance
-        # better. At least 1/512 of an octave, so 21 bits hold every cell of a 64-bit size.
+        # Half the cap: cells fit the diamond-shaped neighbourhood of a summed distance better.
+        # At least 1/512 of an octave, so 21 bits hold every cell of a 64-bit size.
         width = max(cap / 2, 1 / 512)
         offset = math.ceil(1 / width) + 1  # log2 of a size is at least -1: cells stay >= 0
         axes = sorted(self.capped, key=lambda i: -len(np.unique(self.vals[:, i])))[:3]
         code = np.zeros(self.size, dtype=np.int64)
-        for i in axes:
-            code = (code << 21) + (np.floor(logs[:, i] / width).astype(np.int64) + offset)
+        for n, i in enumerate(axes):
+            if n < len(axes) - 1:
+                cells = np.floor(logs[:, i] / width).astype(np.int64) + offset
+            else:
+                cells = np.floor((logs[:, i] + 1) * _FINE).astype(np.int64)
+            code = (code << 21) + cells
         perm = np.argsort(code, kind="stable")
-        columns = [np.ascontiguousarray(logs[perm, i]) for i in range(len(self.names))]
-        self._grid = (axes, width, offset, code[perm], columns, perm)
+        # Dims as rows (d x n): one take gathers every dim, and summing over the short first
+        # axis adds whole rows, where summing along a short second axis is slow in numpy.
+        block = np.ascontiguousarray(logs[perm].T)
+        self._grid = (axes, width, offset, code[perm], block, perm)
         self._grid_cap = cap
         return self._grid
 
@@ -242,13 +253,11 @@ class _Group:
         if not self.size:
             return None
         np = self.np
-        axes, width, offset, code, columns, perm = (
+        axes, width, offset, code, block, perm = (
             self._grid if self._grid_cap == cap and self._grid else self._build(cap)
         )
         q = [(math.log2(v) if v > 0 else -1.0) for v in values]
         if axes:
-            # Every cell combination on all axes but the last whose nearest corner is within the
-            # cap; on the last axis, the cells within what is left of it form one run.
             prefixes = [(0, 0.0)]
             for i in axes[:-1]:
                 prefixes = [
@@ -256,37 +265,41 @@ class _Group:
                     for p, spent in prefixes
                     for cell, d in self._cells(q[i], width, cap - spent)
                 ]
-            x = q[axes[-1]]
-            starts, stops = [], []
+            x = q[axes[-1]] + 1
+            bounds = []
             for p, spent in prefixes:
                 left = cap - spent + _EPS
-                starts.append((p << 21) + math.floor((x - left) / width) + offset)
-                # Codes are integers: "<= last cell" is "< last cell + 1".
-                stops.append((p << 21) + math.floor((x + left) / width) + offset + 1)
-            ends = code.searchsorted(starts + stops)
-            first, lengths = ends[: len(starts)], ends[len(starts) :] - ends[: len(starts)]
-            count = int(lengths.sum())
-            if not count:
+                bounds.append((p << 21) + math.floor((x - left) * _FINE))
+                # Codes are integers: "<= the last" is "< the last + 1".
+                bounds.append((p << 21) + math.floor((x + left) * _FINE) + 1)
+            ends = code.searchsorted(bounds).tolist()
+            spans = [np.arange(a, b) for a, b in zip(ends[::2], ends[1::2], strict=True) if b > a]
+            if not spans:
                 return None
-            # The runs' row numbers in one go: 0..count-1, each shifted to its run's start.
-            shift = first - (np.cumsum(lengths) - lengths)
-            rows = np.arange(count) + np.repeat(shift, lengths)
+            rows = np.concatenate(spans) if len(spans) > 1 else spans[0]
+            diff = block.take(rows, axis=1)
         else:
-            rows = np.arange(self.size)
-        capped = None
-        for i in self.capped:
-            part = np.abs(columns[i].take(rows) - q[i])
-            capped = part if capped is None else np.add(capped, part, out=capped)
-        if capped is None:
-            capped = np.zeros(len(rows))
-        total = capped.copy() if self.free else capped
-        for i in self.free:
-            total += np.abs(columns[i].take(rows) - q[i])
-        total = np.where(capped <= cap + _EPS, total, np.inf)
-        best = float(total.min())
-        if not math.isfinite(best):
-            return None
-        position = int(perm.take(rows[total <= best + _EPS]).min())
+            rows = None
+            diff = block.copy()
+        diff -= np.array(q)[:, None]
+        np.abs(diff, out=diff)
+        if self.free:
+            # Symbolic dims count in the distance but not against the cap.
+            capped = diff[self.capped].sum(axis=0) if self.capped else np.zeros(diff.shape[1])
+            total = np.where(capped <= cap + _EPS, diff.sum(axis=0), np.inf)
+            best = float(total.min())
+            if not math.isfinite(best):
+                return None
+        else:
+            total = diff.sum(axis=0)
+            best = float(total.min())
+            if best > cap + _EPS:
+                return None
+        # Ties: rows are numbered in tie order (smallest shape, then smallest entry id).
+        tied = np.flatnonzero(total <= best + _EPS)
+        if rows is not None:
+            tied = rows.take(tied)
+        position = int(perm[tied[0]]) if len(tied) == 1 else int(perm.take(tied).min())
         return self.row(position), best
 
     def ranked(self, values: tuple[int, ...], limit: int) -> list[tuple[_Row, float, float]]:
