@@ -27,6 +27,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -490,7 +491,9 @@ def _reader(db: Path, index: int, shared: int, go: int, stop: int, send: Sender)
     os.read(go, 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        while not select.select([stop], [], [], 0)[0]:
+        # Up to 500 reads a second, as a busy server might ask: a reader in a tight loop takes
+        # a whole core on a small machine and measures the scheduler, not the store.
+        while not select.select([stop], [], [], 0.002)[0]:
             key = shared_key(rng.randrange(shared))
             try:
                 if table is not None:
@@ -549,11 +552,11 @@ def concurrent_writers(
     stop_r, stop_w = os.pipe()
     parent_only = (go_w, stop_w)
     writer_kids = [
-        Child(lambda s, w=w: _writer(db, w, puts, shared, go_r, s), close=parent_only)
+        Child(partial(_writer, db, w, puts, shared, go_r), close=parent_only)
         for w in range(writers)
     ]
     reader_kids = [
-        Child(lambda s, r=r: _reader(db, r, shared, go_r, stop_r, s), close=parent_only)
+        Child(partial(_reader, db, r, shared, go_r, stop_r), close=parent_only)
         for r in range(readers)
     ]
     everyone = writer_kids + reader_kids

@@ -44,7 +44,7 @@ def test_a_child_forked_inside_a_write_does_not_keep_the_write_lock(tmp_path: Pa
     release_r, release_w = os.pipe()
     with Cache.open(device=harness.DEVICE, path=db) as cache:
         with cache._write():
-            sleeper = harness.Child(lambda send: os.read(release_r, 1) and None, close=[release_w])
+            sleeper = harness.Child(lambda send: _wait(release_r), close=[release_w])
         got = _write_from_another_process(db)
         os.close(release_w)
         sleeper.finish()
@@ -78,3 +78,7 @@ def _write_from_another_process(db: Path) -> str:
     kid.finish()
     got = [m for m in kid.messages if m.tag in (harness.ACK, harness.ERROR)]
     return "written" if got and got[0].tag == harness.ACK else str(got or kid.crashes())
+
+
+def _wait(fd: int) -> None:
+    os.read(fd, 1)  # returns when the other end closes

@@ -187,7 +187,9 @@ def test_a_damaged_cache_is_moved_aside_whole_and_a_fresh_one_takes_its_place(
         warned = result["resolver_warnings"]
         assert isinstance(warned, list) and len(warned) == 1, warned
     # The open moved the damage aside, said so once, and began a fresh cache that works.
-    [message] = result["open_warnings"]  # type: ignore[misc]
+    messages = result["open_warnings"]
+    assert isinstance(messages, list) and len(messages) == 1, messages
+    message = str(messages[0])
     assert "moved aside" in message and "\n" not in message
     assert (result["outcome"], result["count"]) == ("created", 0)
     assert result["written"] == harness.write_for(2, 0, _key(0)).choice

@@ -53,16 +53,26 @@ def layout(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Path]:
     return {"path": tmp_path / "shared.db"}
 
 
+def _open(device: Device, where: dict[str, Path]) -> Cache:
+    return Cache.open(device=device, root=where.get("root"), path=where.get("path"))
+
+
 def _answers(device: Device, where: dict[str, Path], names: tuple[str, ...]) -> Iterator[Any]:
     """What `device` is served for every tuned and near key: (key, Cache.get, resolver answer)."""
     resolver = None
     try:
         from tunecache.resolve import Table
 
-        resolver = Table.open(device=device, use="all", max_distance=4.0, **where)
+        resolver = Table.open(
+            device=device,
+            use="all",
+            max_distance=4.0,
+            root=where.get("root"),
+            path=where.get("path"),
+        )
     except ImportError:
         pass
-    with Cache.open(device=device, **where) as cache:
+    with _open(device, where) as cache:
         for key in KEYS + NEAR:
             got = cache.get(key, candidates=names)
             answer = None if resolver is None else resolver.resolve(key, names, names[-1])
@@ -86,7 +96,7 @@ def _served(results: list[tuple[Key, Any, Any]]) -> list[str]:
 def test_another_device_never_sees_this_devices_decisions(
     field: str, layout: dict[str, Path]
 ) -> None:
-    with Cache.open(device=DEVICE, **layout) as cache:
+    with _open(DEVICE, layout) as cache:
         _tune(cache)
     other = dataclasses.replace(DEVICE, **CHANGES[field])
     assert other.differences(DEVICE) == [field]
@@ -115,7 +125,7 @@ def test_a_changed_candidate_list_never_gets_a_decision_tuned_for_the_old_one(
     names: tuple[str, ...], tmp_path: Path
 ) -> None:
     where = {"root": tmp_path / "root"}
-    with Cache.open(device=DEVICE, **where) as cache:
+    with _open(DEVICE, where) as cache:
         _tune(cache)
     results = list(_answers(DEVICE, where, names))
     wrong = _served(results)

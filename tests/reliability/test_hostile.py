@@ -15,7 +15,9 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 import cbor2
 import pytest
@@ -121,7 +123,7 @@ def _prepare(tmp_path: Path) -> tuple[Path, dict[str, int], bytes]:
     return db, ids, valid
 
 
-def _exchange():  # type: ignore[no-untyped-def]
+def _exchange() -> ModuleType | None:
     try:
         import tunecache.exchange as exchange
     except ImportError:
@@ -133,9 +135,9 @@ def _exchange():  # type: ignore[no-untyped-def]
 def test_hostile_input_is_refused_typed_quickly_and_in_bounded_memory(tmp_path: Path) -> None:
     db, ids, valid = _prepare(tmp_path)
     exchange = _exchange()
-    resolve = None
+    resolve: ModuleType | None = None
     if harness._have_resolver():
-        from tunecache import resolve
+        import tunecache.resolve as resolve
 
     def body(send: Sender) -> None:
         import resource
@@ -145,15 +147,15 @@ def test_hostile_input_is_refused_typed_quickly_and_in_bounded_memory(tmp_path: 
         table = None if resolve is None else resolve.Table.open(device=DEVICE, path=db)
         cases: dict[str, Callable[[], object]] = {}
         for name, text in KEY_TEXTS.items():
-            cases[f"get: {name}"] = lambda t=text: cache.get(t, candidates=NAMES)
-            cases[f"put: {name}"] = lambda t=text: cache.put(t, choice=NAMES[0], candidates=NAMES)
+            cases[f"get: {name}"] = partial(cache.get, text, candidates=NAMES)
+            cases[f"put: {name}"] = partial(cache.put, text, choice=NAMES[0], candidates=NAMES)
             if table is not None:
-                cases[f"resolve: {name}"] = lambda t=text: table.resolve(t, NAMES, NAMES[0])
+                cases[f"resolve: {name}"] = partial(table.resolve, text, NAMES, NAMES[0])
         for name, entry_id in ids.items():
-            cases[f"stored record: {name}"] = lambda i=entry_id: cache.record(i)
+            cases[f"stored record: {name}"] = partial(cache.record, entry_id)
         if exchange is not None:
             for name, data in _exports(valid).items():
-                cases[name] = lambda d=data: exchange.import_cache(target, d)
+                cases[name] = partial(exchange.import_cache, target, data)
         before = target.count()
         limit = _vm_bytes() + CAP
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
