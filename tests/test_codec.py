@@ -39,7 +39,7 @@ candidates = st.builds(
     CandidateTiming,
     name=names,
     samples=sample_lists,
-    inner_loops=st.integers(1, 2**64 - 1),
+    inner_loops=st.integers(1, 2**63 - 1),
     error=st.none() | st.text(max_size=30),
     pruned=st.booleans(),
 )
@@ -207,6 +207,7 @@ BAD_RECORDS = {
     "bool loops": with_candidate(inner_loops=True),
     "float loops": with_candidate(inner_loops=2.0),
     "loops beyond 64 bits": with_candidate(inner_loops=2**64),
+    "loops beyond a signed 64-bit column": with_candidate(inner_loops=2**63),
     "bytes error": with_candidate(error=b"boom"),
     "int pruned": with_candidate(pruned=1),
     "duplicate names": TimingRecord((CandidateTiming("a"), CandidateTiming("a"))),

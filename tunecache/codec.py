@@ -50,6 +50,7 @@ _FLOAT_MAX = sys.float_info.max
 # which the decoder refuses, so the encoder must refuse it too.
 _INT_MIN = -(2**64)
 _INT_MAX = 2**64 - 1
+_LOOPS_MAX = 2**63 - 1
 _TOP_KEYS = frozenset({"v", "c", "settings", "env"})
 _CANDIDATE_KEYS = frozenset({"n", "s", "l", "e", "p"})
 
@@ -367,9 +368,10 @@ def _check_name(name: object, where: str, seen: set[str]) -> str:
 
 
 def _check_loops(loops: object, where: str) -> None:
-    """Refuse an inner_loops that is not an int in [1, 2**64)."""
-    if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= _INT_MAX:
-        raise CodecError(f"{where}inner_loops must be an int in [1, 2**64), got {_short(loops)}")
+    """Refuse an inner_loops that is not an int in [1, 2**63): the store keeps it in a signed
+    64-bit SQLite INTEGER, so a larger one would be accepted here and fail at the write."""
+    if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= _LOOPS_MAX:
+        raise CodecError(f"{where}inner_loops must be an int in [1, 2**63), got {_short(loops)}")
 
 
 def _check_error(error: object, where: str) -> None:
