@@ -276,6 +276,32 @@ def test_a_missing_cache_answers_the_heuristic_silently(tmp_path: Path, device: 
     assert not (tmp_path / "nothing-here.db").exists()  # reading never creates a cache
 
 
+def test_a_zero_byte_file_is_a_cache_being_created_not_damage(
+    tmp_path: Path, device: Device
+) -> None:
+    path = tmp_path / "cache.db"
+    path.write_bytes(b"")  # what another process's brand-new cache looks like for an instant
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _resolve_all(table(path, device)) == [Answer("blas", "heuristic")] * 4
+
+
+def test_answers_given_before_the_damage_showed_are_forgotten(
+    store: Cache, db: Path, device: Device
+) -> None:
+    put(store, mm(256), "blocked")
+    t = table(db, device)
+    assert t.resolve(mm(256), CANDS, "blas").source == "exact"  # answered, and remembered
+    store.close()
+    db.write_bytes(b"garbage" * 1000)  # the file is destroyed under the running host
+    Path(f"{db}-wal").unlink(missing_ok=True)
+    Path(f"{db}-shm").unlink(missing_ok=True)
+    t.close()  # the next question reconnects, as after a fork
+    with pytest.warns(TunecacheWarning, match="every answer is the heuristic"):
+        assert t.resolve(mm(300), CANDS, "blas") == Answer("blas", "heuristic")
+    assert t.resolve(mm(256), CANDS, "blas") == Answer("blas", "heuristic")
+
+
 def test_an_empty_cache_answers_the_heuristic(store: Cache, db: Path, device: Device) -> None:
     assert _resolve_all(table(db, device)) == [Answer("blas", "heuristic")] * 4
     assert _resolve_all(Table.empty()) == [Answer("blas", "heuristic")] * 4
@@ -283,8 +309,8 @@ def test_an_empty_cache_answers_the_heuristic(store: Cache, db: Path, device: De
 
 @pytest.mark.parametrize(
     "content",
-    [b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 4000, b""],
-    ids=["garbage", "bad-header", "zero-bytes"],
+    [b"this is not a database at all" * 100, b"SQLite format 3\x00" + b"\xff" * 4000],
+    ids=["garbage", "bad-header"],
 )
 def test_an_unreadable_cache_answers_the_heuristic_with_one_warning(
     tmp_path: Path, device: Device, content: bytes

@@ -344,22 +344,34 @@ class _Reader:
             return self._conn
         # A connection inherited across fork() must never be used by the child: open anew.
         self._conn = None
-        if not self.path.exists():
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
             return None  # no cache: every answer is the heuristic, and nothing is created
+        if size == 0:
+            # SQLite creates the file before its first page: a cache being created right now.
+            return None
         conn = self._open("mode=ro")
         try:
             self._check(conn)
-        except sqlite3.OperationalError as error:
-            if "unable to open" not in str(error):
-                raise
-            # A WAL database in a folder we cannot write (no -shm to map): read the main file
-            # as it stands. It holds every checkpointed decision, so answers are older, not wrong.
+        except sqlite3.OperationalError:
             conn.close()
+            if not self._frozen():
+                raise
+            # A WAL database in a folder no one may write has no -shm to map, and SQLite says
+            # "unable to open" or "readonly". Nobody writes it, so read it as immutable.
             conn = self._open("immutable=1")
             self._check(conn)
         self._conn = conn
         self._pid = os.getpid()
         return conn
+
+    def _frozen(self) -> bool:
+        from tunecache.store.access import frozen
+
+        wal = self.path.with_name(self.path.name + "-wal")
+        # Committed frames in a -wal would be ignored by an immutable reader: not frozen, then.
+        return frozen(self.path) and not (wal.exists() and wal.stat().st_size > 0)
 
     def _open(self, mode: str) -> sqlite3.Connection:
         uri = f"{self.path.as_uri()}?{mode}"
@@ -781,6 +793,12 @@ class Table:
                 )
                 raise _Transient from None
             self._broken = reason
+            # What was answered from this file before the damage showed is not trusted either:
+            # from now on every question, old or new, gets the heuristic.
+            self._memo.clear()
+            self._indexes.clear()
+            for memo in self._dispatch.values():
+                memo.clear()
             warnings.warn(
                 f"tunecache: cannot read the cache, every answer is the heuristic ({reason})",
                 TunecacheWarning,

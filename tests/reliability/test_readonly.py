@@ -126,9 +126,7 @@ def _chmod(mode: int, *paths_: Path) -> None:
         path.chmod(mode)
 
 
-def _check_readable_and_refusing(
-    result: dict[str, Any], choice: str, why: str, *, resolver_reads: bool = True
-) -> None:
+def _check_readable_and_refusing(result: dict[str, Any], choice: str, why: str) -> None:
     assert "open_error" not in result, result
     assert why in result["readonly_reason"]
     assert result["read"] == choice
@@ -136,12 +134,8 @@ def _check_readable_and_refusing(
     assert kind == "ReadOnlyStoreError" and "is read-only" in message and why in message
     assert "\n" not in message
     if "resolved" in result:
-        # The resolver reads the cache too. Where it cannot yet (see the xfail below), it must
-        # still answer: the heuristic, never a crash or a wrong choice.
-        allowed = [[choice, "exact"]]
-        if not resolver_reads:
-            allowed.append([NAMES[3], "heuristic"])
-        assert result["resolved"] in allowed
+        # The resolver reads the cache too: the stored choice, exactly.
+        assert result["resolved"] == [choice, "exact"]
 
 
 def test_a_frozen_cache_is_read_and_refuses_writes(shared: Path) -> None:
@@ -155,16 +149,10 @@ def test_a_frozen_cache_is_read_and_refuses_writes(shared: Path) -> None:
     before = sorted(p.name for p in folder.iterdir())
     result = _as_another_user(lambda: _use(lambda: Cache.open(device=DEVICE, path=db), db))
     print(f"frozen cache: {result}")
-    _check_readable_and_refusing(result, choice, "not writable by this user", resolver_reads=False)
+    _check_readable_and_refusing(result, choice, "not writable by this user")
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resolve._Reader falls back to immutable only on 'unable to open', but SQLite says "
-    "'attempt to write a readonly database' (SQLITE_READONLY_DIRECTORY) for a WAL database in "
-    "a folder it cannot write: the resolver answers the heuristic with a warning instead",
-)
 def test_the_resolver_reads_a_frozen_cache(shared: Path) -> None:
     pytest.importorskip("tunecache.resolve")
     folder = shared / "frozen"

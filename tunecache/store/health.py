@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import sqlite3
-import stat
 import threading
 import warnings
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from sqlalchemy import Engine
 
 from tunecache.errors import ReadOnlyStoreError, SchemaTooNewError, StoreError, TunecacheWarning
 from tunecache.store import migrate
+from tunecache.store.access import frozen, read_only_mount
 from tunecache.store.engine import busy_errors, make_engine, read_connection
 
 __all__ = [
@@ -246,43 +246,19 @@ def check_filesystem(db: Path, mountinfo: str | None = None) -> None:
 # --- write access ----------------------------------------------------------------------------
 
 
-def _read_only_mount(path: Path) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
 def write_denied(db: Path) -> str | None:
     """Why this process cannot write the cache database at `db`, or None if it can.
 
     SQLite needs to write the folder too (the -wal and -shm files live beside the database).
     """
     folder = db.parent
-    if _read_only_mount(folder):
+    if read_only_mount(folder):
         return f"the folder {folder} is on a read-only filesystem"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {folder} is not writable by this user (uid {os.geteuid()})"
     if db.exists() and not os.access(db, os.W_OK):
         return f"the file {db} is not writable by this user (uid {os.geteuid()})"
     return None
-
-
-def frozen(db: Path) -> bool:
-    """Whether nobody is meant to write the database at `db`: a read-only mount, or write
-    permission taken from everyone on both the file and its folder.
-
-    Only a frozen database is read as SQLite's `immutable`, which needs no -shm file: a reader
-    that cannot create one has no other way in, and immutable is safe only if no one writes.
-    """
-    if _read_only_mount(db.parent):
-        return True
-    try:
-        modes = (db.stat().st_mode, db.parent.stat().st_mode)
-    except OSError:
-        return False
-    anyone_writes = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
-    return not any(mode & anyone_writes for mode in modes)
 
 
 def _sqlite_code(error: BaseException) -> str:
