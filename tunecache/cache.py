@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, delete, func, insert, select, update
 
@@ -43,33 +43,36 @@ from tunecache.store.engine import (
     read_connection,
 )
 from tunecache.store.models import (
+    CANDIDATE_SETS,
+    CANDIDATE_TIMINGS,
+    CANDIDATES,
+    DEVICES,
+    ENTRIES,
     ENTRY_STATUSES,
+    KEYS,
+    MODELS,
+    RUNS,
+    TIMING_RECORDS,
+    VALIDATIONS,
     VERDICTS,
-    Candidate,
-    CandidateSet,
-    CandidateTimingRow,
-    DeviceRow,
-    EntryRow,
-    KeyRow,
-    ModelRow,
-    RunRow,
-    TimingRecordRow,
-    ValidationRow,
     utcnow,
 )
 
 __all__ = ["Cache", "Entry", "open_cache"]
 
-_E = cast(Table, EntryRow.__table__)
-_K = cast(Table, KeyRow.__table__)
-_S = cast(Table, CandidateSet.__table__)
-_C = cast(Table, Candidate.__table__)
-_D = cast(Table, DeviceRow.__table__)
-_T = cast(Table, TimingRecordRow.__table__)
-_CT = cast(Table, CandidateTimingRow.__table__)
-_M = cast(Table, ModelRow.__table__)
-_V = cast(Table, ValidationRow.__table__)
-_R = cast(Table, RunRow.__table__)
+# Short names for the Core tables these statements are built from.
+_S, _CT, _C, _D, _E, _K, _M, _R, _T, _V = (
+    CANDIDATE_SETS,
+    CANDIDATE_TIMINGS,
+    CANDIDATES,
+    DEVICES,
+    ENTRIES,
+    KEYS,
+    MODELS,
+    RUNS,
+    TIMING_RECORDS,
+    VALIDATIONS,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import cbor2
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from tunecache import codec
 from tunecache._version import __version__
@@ -44,16 +44,15 @@ from tunecache.keys import parse
 from tunecache.store import migrate
 from tunecache.store.engine import make_engine
 from tunecache.store.models import (
+    CANDIDATE_SETS,
+    DEVICES,
+    ENTRIES,
     ENTRY_STATUSES,
+    KEYS,
+    MODELS,
+    TIMING_RECORDS,
+    VALIDATIONS,
     VERDICTS,
-    Candidate,
-    CandidateSet,
-    DeviceRow,
-    EntryRow,
-    KeyRow,
-    ModelRow,
-    TimingRecordRow,
-    ValidationRow,
     utcnow,
 )
 
@@ -74,6 +73,17 @@ __all__ = [
     "open_source",
     "origin_device",
 ]
+
+# Short names for the Core tables these statements are built from.
+_S, _D, _E, _K, _M, _T, _V = (
+    CANDIDATE_SETS,
+    DEVICES,
+    ENTRIES,
+    KEYS,
+    MODELS,
+    TIMING_RECORDS,
+    VALIDATIONS,
+)
 
 #: the value of the "format" key: what says this CBOR is a tunecache export at all
 FORMAT = "tunecache-export"
@@ -130,15 +140,6 @@ _VALIDATION_KEYS = frozenset(
 )
 _MAX_TEXT = 1024
 _MAX_COUNT = 2**63 - 1
-
-_E = cast(Table, EntryRow.__table__)
-_K = cast(Table, KeyRow.__table__)
-_S = cast(Table, CandidateSet.__table__)
-_C = cast(Table, Candidate.__table__)
-_D = cast(Table, DeviceRow.__table__)
-_T = cast(Table, TimingRecordRow.__table__)
-_M = cast(Table, ModelRow.__table__)
-_V = cast(Table, ValidationRow.__table__)
 
 
 # --- the entries both sides compare ------------------------------------------------------------

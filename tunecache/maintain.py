@@ -33,17 +33,16 @@ from tunecache.keys import Key, parse
 from tunecache.store import migrate
 from tunecache.store.engine import busy_errors
 from tunecache.store.models import (
+    CANDIDATE_SETS,
+    CANDIDATES,
+    DEVICES,
+    ENTRIES,
     ENTRY_STATUSES,
-    Candidate,
-    CandidateSet,
-    CandidateTimingRow,
-    DeviceRow,
-    EntryRow,
-    KeyRow,
-    ModelRow,
-    RunRow,
-    TimingRecordRow,
-    ValidationRow,
+    KEYS,
+    MODELS,
+    RUNS,
+    TIMING_RECORDS,
+    VALIDATIONS,
     utcnow,
 )
 from tunecache.store.quarantine import QUARANTINE_DIR
@@ -74,6 +73,19 @@ __all__ = [
     "prune_versions",
     "run_query",
 ]
+
+# Short names for the Core tables these statements are built from.
+_S, _C, _D, _E, _K, _M, _R, _T, _V = (
+    CANDIDATE_SETS,
+    CANDIDATES,
+    DEVICES,
+    ENTRIES,
+    KEYS,
+    MODELS,
+    RUNS,
+    TIMING_RECORDS,
+    VALIDATIONS,
+)
 
 #: what `prune` can remove, as the command line names them
 PRUNE_KINDS = ("versions", "stale", "unvalidated", "older", "masked")
@@ -113,16 +125,6 @@ EXAMPLE_QUERIES: tuple[tuple[str, str], ...] = (
 #: a progress callback: (what is being done, how much is done, out of how much)
 Progress = Callable[[str, int, int], None]
 
-_E = cast(Table, EntryRow.__table__)
-_K = cast(Table, KeyRow.__table__)
-_S = cast(Table, CandidateSet.__table__)
-_C = cast(Table, Candidate.__table__)
-_D = cast(Table, DeviceRow.__table__)
-_T = cast(Table, TimingRecordRow.__table__)
-_CT = cast(Table, CandidateTimingRow.__table__)
-_M = cast(Table, ModelRow.__table__)
-_V = cast(Table, ValidationRow.__table__)
-_R = cast(Table, RunRow.__table__)
 _CHUNK = 500
 
 

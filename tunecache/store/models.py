@@ -8,6 +8,7 @@ read contract for people: it is created with the tables and kept compatible by t
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 from sqlalchemy import (
     DDL,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     event,
@@ -47,6 +49,17 @@ __all__ = [
     "TimingRecordRow",
     "ValidationRow",
     "utcnow",
+    # the Core tables
+    "CANDIDATES",
+    "CANDIDATE_SETS",
+    "CANDIDATE_TIMINGS",
+    "DEVICES",
+    "ENTRIES",
+    "KEYS",
+    "MODELS",
+    "RUNS",
+    "TIMING_RECORDS",
+    "VALIDATIONS",
 ]
 
 #: unvalidated: measured, not yet confirmed by a whole model; accepted: kept by whole-model
@@ -375,3 +388,17 @@ for _name, _sql in {"decisions": DECISIONS_VIEW, **READ_VIEWS}.items():
         "before_drop",
         DDL(f"DROP VIEW IF EXISTS {_name}"),  # type: ignore[no-untyped-call]
     )
+
+
+# The Core tables, for statements built with select(), insert() and friends. A mapped class's
+# __table__ is typed as a FromClause, so each is cast to its Table once, here.
+ENTRIES = cast(Table, EntryRow.__table__)
+KEYS = cast(Table, KeyRow.__table__)
+CANDIDATE_SETS = cast(Table, CandidateSet.__table__)
+CANDIDATES = cast(Table, Candidate.__table__)
+DEVICES = cast(Table, DeviceRow.__table__)
+TIMING_RECORDS = cast(Table, TimingRecordRow.__table__)
+CANDIDATE_TIMINGS = cast(Table, CandidateTimingRow.__table__)
+MODELS = cast(Table, ModelRow.__table__)
+VALIDATIONS = cast(Table, ValidationRow.__table__)
+RUNS = cast(Table, RunRow.__table__)
