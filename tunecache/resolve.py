@@ -69,10 +69,6 @@ MEMO_LIMIT = 1 << 20
 # Floating-point slack when comparing log-space distances (exact powers of two tie exactly).
 _EPS = 1e-9
 
-# Resolution of the nearest-shape grid's last axis: 1/16384 of an octave, so 65 octaves (every
-# size a dim can hold, from 1/2 up) fit in 21 bits.
-_FINE = 16384
-
 
 class Answer(NamedTuple):
     """What the resolver answered and why."""
@@ -200,33 +196,27 @@ class _Group:
         return np.where(values > 0, np.log2(np.maximum(values, 1)), -1.0)
 
     def _build(self, cap: float) -> tuple[Any, ...]:
-        """Rows sorted by a grid code over up to three capped dims.
+        """A grid of cells over up to four capped dims: cell -> its rows, in tie order.
 
-        The code packs, 21 bits each, the half-cap-wide cell of every grid axis but the last,
-        then the last axis's log2 size at 1/16384 of an octave. A row within the cap of the
-        query (in summed distance) lies in cells whose nearest points are within the cap too,
-        summed: `nearest` enumerates those cells of the first axes, and for each, the rows whose
-        last-axis size is within what is left of the cap form one contiguous run.
+        `nearest` searches best first: the query's own cell, then only the cells whose nearest
+        point is closer than the best row found so far. With tuned shapes as dense as a tuner
+        leaves them, that is a handful of cells and a few dozen rows, in plain Python: a numpy
+        call costs more than the arithmetic of a whole cell.
         """
         np = self.np
         logs = self._logs(self.vals)
-        # Half the cap: cells fit the diamond-shaped neighbourhood of a summed distance better.
-        # At least 1/512 of an octave, so 21 bits hold every cell of a 64-bit size.
+        # Half the cap: a cell is smaller than the neighbourhood a summed distance allows, so
+        # a near row is usually in the query's own cell or the next. At least 1/512 of an octave.
         width = max(cap / 2, 1 / 512)
-        offset = math.ceil(1 / width) + 1  # log2 of a size is at least -1: cells stay >= 0
-        axes = sorted(self.capped, key=lambda i: -len(np.unique(self.vals[:, i])))[:3]
-        code = np.zeros(self.size, dtype=np.int64)
-        for n, i in enumerate(axes):
-            if n < len(axes) - 1:
-                cells = np.floor(logs[:, i] / width).astype(np.int64) + offset
-            else:
-                cells = np.floor((logs[:, i] + 1) * _FINE).astype(np.int64)
-            code = (code << 21) + cells
-        perm = np.argsort(code, kind="stable")
-        # Dims as rows (d x n): one take gathers every dim, and summing over the short first
-        # axis adds whole rows, where summing along a short second axis is slow in numpy.
-        block = np.ascontiguousarray(logs[perm].T)
-        self._grid = (axes, width, offset, code[perm], block, perm)
+        axes = sorted(self.capped, key=lambda i: -len(np.unique(self.vals[:, i])))[:4]
+        cells: dict[tuple[int, ...], list[int]] = {}
+        if axes:
+            index = np.floor(logs[:, axes] / width).astype(np.int64).tolist()
+            for position, cell in enumerate(index):
+                cells.setdefault(tuple(cell), []).append(position)
+        # Python floats, row after row: what the search reads, one at a time.
+        flat = logs.ravel().tolist()
+        self._grid = (axes, width, cells, flat)
         self._grid_cap = cap
         return self._grid
 
@@ -252,55 +242,59 @@ class _Group:
         """The closest shape within `cap` on the capped dims (ties: tie order), or None."""
         if not self.size:
             return None
-        np = self.np
-        axes, width, offset, code, block, perm = (
+        axes, width, cells, flat = (
             self._grid if self._grid_cap == cap and self._grid else self._build(cap)
         )
         q = [(math.log2(v) if v > 0 else -1.0) for v in values]
-        if axes:
-            prefixes = [(0, 0.0)]
-            for i in axes[:-1]:
-                prefixes = [
-                    ((p << 21) + cell + offset, spent + d)
-                    for p, spent in prefixes
-                    for cell, d in self._cells(q[i], width, cap - spent)
+        d = len(q)
+        capped_dims = [(i, q[i]) for i in self.capped]
+        free_dims = [(i, q[i]) for i in self.free]
+        limit = cap + _EPS
+        best = math.inf
+        best_position = -1
+
+        def scan(rows: list[int]) -> None:
+            nonlocal best, best_position
+            for position in rows:
+                base = position * d
+                near = 0.0
+                for i, x in capped_dims:
+                    near += abs(flat[base + i] - x)
+                if near > limit:
+                    continue
+                total = near
+                for i, x in free_dims:
+                    total += abs(flat[base + i] - x)
+                # Rows are numbered in tie order: on a tie, the lower number wins.
+                if total < best - _EPS or (total <= best + _EPS and position < best_position):
+                    best, best_position = total, position
+
+        if not axes:
+            scan(list(range(self.size)))
+        else:
+            home = tuple(math.floor(q[i] / width) for i in axes)
+            scan(cells.get(home, []))
+            # Every other cell whose nearest point is within the cap and no farther than the
+            # best row so far, nearest first; a row there is at least that far.
+            budget = min(cap, best)
+            around: list[tuple[float, tuple[int, ...]]] = [(0.0, ())]
+            for i in axes:
+                around = [
+                    (spent + gap, (*cell, c))
+                    for spent, cell in around
+                    for c, gap in self._cells(q[i], width, budget - spent)
                 ]
-            x = q[axes[-1]] + 1
-            bounds = []
-            for p, spent in prefixes:
-                left = cap - spent + _EPS
-                bounds.append((p << 21) + math.floor((x - left) * _FINE))
-                # Codes are integers: "<= the last" is "< the last + 1".
-                bounds.append((p << 21) + math.floor((x + left) * _FINE) + 1)
-            ends = code.searchsorted(bounds).tolist()
-            spans = [np.arange(a, b) for a, b in zip(ends[::2], ends[1::2], strict=True) if b > a]
-            if not spans:
-                return None
-            rows = np.concatenate(spans) if len(spans) > 1 else spans[0]
-            diff = block.take(rows, axis=1)
-        else:
-            rows = None
-            diff = block.copy()
-        diff -= np.array(q)[:, None]
-        np.abs(diff, out=diff)
-        if self.free:
-            # Symbolic dims count in the distance but not against the cap.
-            capped = diff[self.capped].sum(axis=0) if self.capped else np.zeros(diff.shape[1])
-            total = np.where(capped <= cap + _EPS, diff.sum(axis=0), np.inf)
-            best = float(total.min())
-            if not math.isfinite(best):
-                return None
-        else:
-            total = diff.sum(axis=0)
-            best = float(total.min())
-            if best > cap + _EPS:
-                return None
-        # Ties: rows are numbered in tie order (smallest shape, then smallest entry id).
-        tied = np.flatnonzero(total <= best + _EPS)
-        if rows is not None:
-            tied = rows.take(tied)
-        position = int(perm[tied[0]]) if len(tied) == 1 else int(perm.take(tied).min())
-        return self.row(position), best
+            around.sort()
+            for gap, cell in around:
+                if gap > best + _EPS:
+                    break
+                if cell != home:
+                    found = cells.get(cell)
+                    if found is not None:
+                        scan(found)
+        if best_position < 0:
+            return None
+        return self.row(best_position), best
 
     def ranked(self, values: tuple[int, ...], limit: int) -> list[tuple[_Row, float, float]]:
         """The `limit` closest shapes with (capped distance, total distance), for explain."""
