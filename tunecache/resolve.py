@@ -117,13 +117,9 @@ def _parse_dims(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Split the read contract's `dims` column ("m=288 k=96") into names and values."""
     if not text:
         return (), ()
-    names = []
-    values = []
-    for part in text.split(" "):
-        name, _, value = part.partition("=")
-        names.append(name)
-        values.append(int(value))
-    return tuple(names), tuple(values)
+    # One replace and one split: a signature of 100,000 entries is parsed row by row.
+    parts = text.replace(" ", "=").split("=")
+    return tuple(parts[0::2]), tuple(map(int, parts[1::2]))
 
 
 class _Row(NamedTuple):
@@ -809,6 +805,7 @@ class Table:
         by_names: dict[tuple[str, ...], dict[tuple[int, ...], tuple[int | None, str]]] = {}
         masked: dict[Key, int | None] = {}
         choices: dict[str, str] = {}
+        known_names: dict[tuple[str, ...], tuple[str, ...]] = {}
 
         def consume(
             entry_id: int,
@@ -823,6 +820,7 @@ class Table:
             if judged is None:
                 return
             names, values = _parse_dims(dims)
+            names = known_names.setdefault(names, names)  # one tuple per list of dim names
             if judged == "masked":
                 masked[Key(signature, tuple(zip(names, values, strict=True)))] = entry_id
             else:
