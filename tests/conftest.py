@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 from tunecache.device import Device
 
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
     from tunecache.cache import Cache
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# CI shares its machine with other work: a property test must fail for what it checks, never for
+# one example that ran slow (Hypothesis's default 200 ms deadline would make that a flaky error).
+settings.register_profile("tunecache", deadline=None)
+settings.load_profile("tunecache")
 
 
 @pytest.fixture(autouse=True)
