@@ -226,7 +226,8 @@ def tunable(
 
 
 class ProfileRow(NamedTuple):
-    """One key's share of a profiled run."""
+    """One key's share of a profiled run. `choice` and `source` are the answer the key last
+    got, from whichever table was current then."""
 
     key: Key
     calls: int
