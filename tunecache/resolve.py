@@ -429,7 +429,9 @@ class _Reader:
         conn = self._connect()
         if conn is None:
             return False
-        where = " WHERE e.signature = ? AND e.checksum = ? AND e.device = ?"
+        # The unary + keeps SQLite from driving the query by the device's index (every entry of
+        # the device, filtered): by the signature's index, the cost follows the signature's size.
+        where = " WHERE e.signature = ? AND +e.checksum = ? AND +e.device = ?"
         args = (signature, checksum_, self.device)
         conn.execute("BEGIN")
         try:
