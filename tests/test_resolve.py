@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -582,3 +582,42 @@ def test_the_nearest_search_agrees_with_brute_force(
                 expected[0],
                 mm(*expected[1]),
             )
+
+
+def _returns(name: str) -> Callable[[int, int, int], str]:
+    return lambda m, k, n: name
+
+
+def test_a_busy_cache_answers_the_heuristic_for_now_and_the_entry_once_free(
+    store: Cache, db: Path, device: Device
+) -> None:
+    from tunecache.dispatch import Tunable
+
+    put(store, mm(256), "blocked")
+    store.close()
+    # WAL readers never wait for a writer; a rollback-journal file with an exclusive lock held
+    # is how a reader meets a busy database.
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    locker = sqlite3.connect(db, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    t = Table.open(path=db, device=device, timeout=0.05)
+    op = Tunable(
+        SIG,
+        dims=("m", "k", "n"),
+        shape=lambda m, k, n: (m, k, n),
+        candidates={name: _returns(name) for name in CANDS},
+        heuristic="blas",
+        register=False,
+    )
+    try:
+        with pytest.warns(TunecacheWarning, match="busy"), using(t):
+            assert t.resolve(mm(256), CANDS, "blas") == Answer("blas", "heuristic")
+            assert op(256, 256, 256) == "blas"
+    finally:
+        locker.execute("COMMIT")
+        locker.close()
+    # Neither the table nor the tunable kept the answer given while the file was locked.
+    with using(t):
+        assert t.resolve(mm(256), CANDS, "blas").choice == "blocked"
+        assert op(256, 256, 256) == "blocked"

@@ -184,12 +184,18 @@ class Tunable(Generic[P, R]):
         self, table: _resolve.Table, memo: dict[Any, Callable[P, R]], raw: Any
     ) -> Callable[P, R]:
         key = self._key(raw)
-        answer = table.resolve(key, self.candidates, self._pick_heuristic(key))
+        candidates, heuristic = self.candidates, self._pick_heuristic(key)
+        answer = table.resolve(key, candidates, heuristic)
         function = self._candidates[answer.choice]
+        if len(self._keys) >= _resolve.MEMO_LIMIT:
+            self._keys.clear()
         self._keys[raw] = (key, answer)
-        if len(memo) >= _resolve.MEMO_LIMIT:
-            memo.clear()
-        memo[raw] = function
+        # Remember only what the table remembered: an answer given while the cache was busy is
+        # asked again next time, not frozen into every later call of this shape.
+        if table._memo.get((key, candidates, heuristic)) is answer:
+            if len(memo) >= _resolve.MEMO_LIMIT:
+                memo.clear()
+            memo[raw] = function
         return function
 
     def __repr__(self) -> str:
