@@ -498,3 +498,34 @@ def test_explain_refuses_bad_input_in_one_line(capsys: pytest.CaptureFixture[str
         main(["explain", "conv_F32_m64", "--scenario", "s=1,x"])
     assert stop.value.code == EXIT_USAGE
     assert main(["explain", "conv_F32_m64", "--candidates", "a,b", "--heuristic", "c"]) == 2
+
+
+# --- found in review --------------------------------------------------------------------------
+
+
+def test_an_export_with_a_time_before_year_one_is_a_bad_file_not_a_crash(
+    filled: Cache, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    good, bad, other = tmp_path / "a.cbor", tmp_path / "bad.cbor", tmp_path / "other.db"
+    _json(capsys, "export", "-o", str(good))
+    doc = cbor2.loads(good.read_bytes())
+    doc["exported_at"] = "0001-01-01T00:00:00+05:00"  # in UTC, before year 1
+    bad.write_bytes(cbor2.dumps(doc))
+    assert main(["import", str(bad), "--db", str(other)]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("tunecache: error:") and "out of range" in err and err.count("\n") == 1
+
+
+def test_an_age_beyond_the_calendar_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["list", "--older-than", "99999999d"])
+    assert stop.value.code == EXIT_USAGE
+    assert "outside the calendar" in capsys.readouterr().err
+
+
+def test_inspect_of_a_non_ascii_digit_is_a_bad_key_rather_than_a_crash(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", "²"]) == 2  # "²".isdigit() is true, but it is no entry id
+    err = capsys.readouterr().err
+    assert err.startswith("tunecache: error:") and err.count("\n") == 1

@@ -49,7 +49,6 @@ Progress = Callable[[str, int, int], None]
 #: here so that `--help` does not import SQLAlchemy
 STATUSES = ("unvalidated", "accepted", "rejected")
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
 _DURATION = re.compile(r"(\d{1,9})([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -170,15 +169,17 @@ def _time_arg(text: str) -> datetime:
     """A point in time: an age back from now (`30d`, `12h`, `2w`) or an ISO 8601 date/time
     (UTC unless it names a zone)."""
     match = _DURATION.fullmatch(text.strip())
-    if match:
-        return datetime.now(UTC) - timedelta(**{_UNITS[match[2]]: int(match[1])})
     try:
+        if match:
+            return datetime.now(UTC) - timedelta(**{_UNITS[match[2]]: int(match[1])})
         value = datetime.fromisoformat(text.strip())
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is neither an age like 30d or 12h nor a date like 2026-01-31"
         ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text!r} reaches outside the calendar") from None
 
 
 def _positive_int(text: str) -> int:
@@ -218,10 +219,13 @@ def _write_output(path: str, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(temp, target)
-    except OSError as error:
+    except BaseException as error:
+        # Also on Ctrl-C: no half-written temp file is left beside the target.
         with contextlib.suppress(OSError):
             temp.unlink()
-        raise BadArgumentError(f"cannot write {path}: {error.strerror or error}") from error
+        if isinstance(error, OSError):
+            raise BadArgumentError(f"cannot write {path}: {error.strerror or error}") from error
+        raise
 
 
 # --- where -----------------------------------------------------------------------------------
@@ -311,7 +315,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     each candidate, the bench settings, the models' verdicts, and the run that tuned it."""
     from tunecache import maintain
 
-    target: int | str = int(args.target) if args.target.isdigit() else args.target
+    # isascii: "²".isdigit() is true, and int("²") fails.
+    digits = args.target.isascii() and args.target.isdigit()
+    target: int | str = int(args.target) if digits else args.target
     with _open(args) as cache:
         try:
             found = maintain.inspect(cache, target)
@@ -582,7 +588,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             data,
             allow_other_device=args.allow_other_device,
             policy=args.policy,
-            origin=args.file if args.file != "-" else "standard input",
+            # A file by its absolute path, as merge names it; standard input by the export's own
+            # time, so two different exports piped in never share an origin.
+            origin=None if args.file == "-" else str(Path(args.file).absolute()),
             progress=progress,
         )
     _print_import(args, report)
@@ -598,7 +606,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise BadArgumentError(f"no cache database or export file at {source}")
     with open(source, "rb") as fh:
-        is_database = fh.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+        header = exchange.SQLITE_HEADER
+        is_database = fh.read(len(header)) == header
     with _open(args) as cache, _progress(args) as progress:
         if is_database:
             with exchange.open_source(source, cache.device) as other:

@@ -104,7 +104,8 @@ POLICIES = ("local", "evidence", "both")
 Progress = Callable[[str, int, int], None]
 
 _PREFIX = "export file: "
-_SQLITE_HEADER = b"SQLite format 3\x00"
+#: the first bytes of every SQLite database file
+SQLITE_HEADER = b"SQLite format 3\x00"
 _TOP_KEYS = frozenset(
     {
         "format",
@@ -492,7 +493,7 @@ def _decode_document(
     if not isinstance(data, bytes | bytearray | memoryview):
         raise _fail(f"expected bytes, got {type(data).__name__}")
     raw = bytes(data)
-    if raw.startswith(_SQLITE_HEADER):
+    if raw.startswith(SQLITE_HEADER):
         raise _fail("this is an SQLite database, not an export (merge accepts a database)")
     _check_bounds(raw, max_size, max_depth, max_items)
     try:
@@ -545,7 +546,10 @@ def _when(obj: object, where: str) -> datetime:
         raise _fail(f"{where} {codec._short(text)} is not an ISO 8601 time") from None
     if value.tzinfo is None:
         raise _fail(f"{where} {codec._short(text)} has no time zone")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01 in a zone east of UTC falls before year 1
+        raise _fail(f"{where} {codec._short(text)} is out of range") from None
 
 
 def _positive(obj: object, where: str) -> float | None:
@@ -635,14 +639,16 @@ def _sets(items: list[Any]) -> list[tuple[str, str, tuple[str, ...]]]:
 
 def _models(items: list[Any]) -> list[tuple[str, str]]:
     out = []
+    seen: set[tuple[str, str]] = set()  # a set: a list would make a hostile file quadratic
     for i, obj in enumerate(items):
         wire = _map(obj, _MODEL_KEYS, f"model {i}")
         model = (
             _text(wire["name"], f"model {i} name"),
             _text(wire["fingerprint"], f"model {i} fingerprint", empty=True),
         )
-        if model in out:
+        if model in seen:
             raise _fail(f"model {i} appears twice")
+        seen.add(model)
         out.append(model)
     return out
 
