@@ -442,7 +442,9 @@ def test_a_table_set_in_one_thread_stays_in_that_thread(
     assert seen == {"tuned": "exact", "default": "heuristic"}
 
 
-def test_a_table_is_a_snapshot_until_reloaded(store: Cache, db: Path, device: Device) -> None:
+def test_a_keys_answer_holds_for_the_life_of_a_table_until_reloaded(
+    store: Cache, db: Path, device: Device
+) -> None:
     t = table(db, device)
     assert t.resolve(mm(256), CANDS, "blas").source == "heuristic"
     put(store, mm(256), "blocked")

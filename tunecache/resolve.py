@@ -1,7 +1,7 @@
 """The resolver: which candidate should this call use?
 
 Every op of every model asks this on the hot path, so the answer comes from memory. A `Table` is a
-read-only snapshot of one device's decisions as seen by one model; it is filled lazily, one
+read-only view of one device's decisions as seen by one model; it is filled lazily, one
 signature at a time, from the database through the stdlib `sqlite3` module and the versioned
 read-contract views (`read_*_v1`, migration 0003). Neither SQLAlchemy nor Alembic is imported here,
 and numpy only when a signature first needs a nearest-shape search.
@@ -504,8 +504,10 @@ def _check_scenarios(scenarios: object) -> dict[str, tuple[int, ...]]:
 class Table:
     """A read-only view of one device's decisions, as one model sees them.
 
-    Tables are cheap to derive (`derive`) and safe to share between threads. A table is a
-    snapshot: `reload()` returns a fresh one that sees what was written since.
+    Tables are cheap to derive (`derive`) and safe to share between threads. A table reads
+    lazily and keeps what it read: a key's answer never changes for the life of the table, but a
+    key it has not met yet may see writes made since it was opened. `reload()` returns a table
+    that reads everything anew.
     """
 
     def __init__(
