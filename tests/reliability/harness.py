@@ -478,7 +478,7 @@ def _reader(db: Path, index: int, shared: int, go: int, stop: int, send: Sender)
     """Read shared keys until told to stop, checking every answer is one that was written."""
     import warnings
 
-    resolver = index % 2 == 1 and _have_resolver()
+    resolver = index % 2 == 1
     rng = random.Random(index)
     reads = 0
     cache = None if resolver else Cache.open(device=DEVICE, path=db)
@@ -531,14 +531,6 @@ def _check_read(cache: Cache, key: Key, reads: int, shared: int, send: Sender) -
             assert isinstance(w, int) and isinstance(s, int)
             if record != record_for(w, s) or s % 2 == 0 or shared_key(s // 2 % shared) != key:
                 send(VIOLATION, text=f"{key.text}: a timing record of another key or mixed")
-
-
-def _have_resolver() -> bool:
-    try:
-        from tunecache.resolve import Table  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def concurrent_writers(

@@ -127,23 +127,20 @@ def _open_in_child(root: Path) -> dict[str, object]:
 
     def body(send: Sender) -> None:
         out: dict[str, object] = {}
-        if harness._have_resolver():
-            from tunecache.resolve import Table
+        from tunecache.resolve import Table
 
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                table = Table.open(device=DEVICE, root=root, use="all")
-                answers = [table.resolve(_key(i), NAMES, NAMES[3]) for i in range(ENTRIES)]
-                table.close()
-            # The sources in order, runs collapsed: ["exact", "heuristic"] means some exact
-            # answers, then only the heuristic.
-            out["resolver_sources"] = [
-                a.source
-                for i, a in enumerate(answers)
-                if i == 0 or a.source != answers[i - 1].source
-            ]
-            out["resolver_illegal"] = [a.choice for a in answers if a.choice not in NAMES]
-            out["resolver_warnings"] = [str(w.message) for w in caught]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            table = Table.open(device=DEVICE, root=root, use="all")
+            answers = [table.resolve(_key(i), NAMES, NAMES[3]) for i in range(ENTRIES)]
+            table.close()
+        # The sources in order, runs collapsed: ["exact", "heuristic"] means some exact
+        # answers, then only the heuristic.
+        out["resolver_sources"] = [
+            a.source for i, a in enumerate(answers) if i == 0 or a.source != answers[i - 1].source
+        ]
+        out["resolver_illegal"] = [a.choice for a in answers if a.choice not in NAMES]
+        out["resolver_warnings"] = [str(w.message) for w in caught]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             cache = Cache.open(device=DEVICE, root=root)
@@ -178,14 +175,13 @@ def test_a_damaged_cache_is_moved_aside_whole_and_a_fresh_one_takes_its_place(
     result = _open_in_child(root)
     print(f"{db.name}: {result}")
 
-    if "resolver_sources" in result:
-        # Read-only, it never moves anything: one warning saying why, and from then on the
-        # heuristic. Where the damage lies deep in the file, what it read before meeting the
-        # damage answered exactly (the foreign -wal case); never an illegal choice.
-        assert result["resolver_sources"] in (["heuristic"], ["exact", "heuristic"])
-        assert result["resolver_illegal"] == []
-        warned = result["resolver_warnings"]
-        assert isinstance(warned, list) and len(warned) == 1, warned
+    # Read-only, it never moves anything: one warning saying why, and from then on the
+    # heuristic. Where the damage lies deep in the file, what it read before meeting the
+    # damage answered exactly (the foreign -wal case); never an illegal choice.
+    assert result["resolver_sources"] in (["heuristic"], ["exact", "heuristic"])
+    assert result["resolver_illegal"] == []
+    warned = result["resolver_warnings"]
+    assert isinstance(warned, list) and len(warned) == 1, warned
     # The open moved the damage aside, said so once, and began a fresh cache that works.
     messages = result["open_warnings"]
     assert isinstance(messages, list) and len(messages) == 1, messages
@@ -215,8 +211,7 @@ def test_a_zero_byte_file_is_a_new_cache_not_damage(tmp_path: Path) -> None:
     assert result["open_warnings"] == []
     assert (result["outcome"], result["count"]) == ("created", 0)
     assert not (db.parent / quarantine.QUARANTINE_DIR).exists()
-    if "resolver_sources" in result:
-        assert result["resolver_sources"] == ["heuristic"]
+    assert result["resolver_sources"] == ["heuristic"]
 
 
 def test_a_damaged_file_named_by_the_caller_is_refused_and_left_alone(

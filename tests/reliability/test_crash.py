@@ -68,7 +68,6 @@ def test_kill_during_a_schema_migration_leaves_the_old_or_the_new_revision(
 
 @pytest.mark.slow
 def test_kill_during_an_import_lands_all_of_it_or_nothing(tmp_path: Path) -> None:
-    pytest.importorskip("tunecache.exchange")
     source = harness.import_source(tmp_path, 80)
     window = harness.import_window(source, tmp_path / "calibrate.db")
     trials = [

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.reliability.harness import DEVICE, NAMES
-from tunecache import paths
+from tunecache import exchange, paths
 from tunecache.cache import Cache
 from tunecache.device import Device
 from tunecache.errors import DeviceMismatchError
@@ -136,7 +136,6 @@ def test_a_changed_candidate_list_never_gets_a_decision_tuned_for_the_old_one(
 
 
 def test_an_export_of_another_device_is_refused_or_arrives_unvalidated(tmp_path: Path) -> None:
-    exchange = pytest.importorskip("tunecache.exchange")
     root = tmp_path / "root"
     with Cache.open(device=DEVICE, root=root) as cache:
         _tune(cache)

@@ -17,17 +17,18 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 
 import cbor2
 import pytest
 
 from tests.reliability import harness
 from tests.reliability.harness import DEVICE, MARK, NAMES, OPENED, Child, Sender
+from tunecache import exchange
 from tunecache.cache import Cache
 from tunecache.codec import encode
 from tunecache.errors import TunecacheError
 from tunecache.keys import make_key
+from tunecache.resolve import Table
 
 #: how much more memory the child may map than it had when it started
 CAP = 256 * 1024 * 1024
@@ -113,49 +114,32 @@ def _prepare(tmp_path: Path) -> tuple[Path, dict[str, int], bytes]:
         for name, blob in RECORDS.items():
             conn.execute("UPDATE timing_records SET data = ? WHERE entry_id = ?", (blob, ids[name]))
     clean = tmp_path / "clean.db"
-    valid = b""
-    exchange = _exchange()
-    if exchange is not None:
-        with Cache.open(device=DEVICE, path=clean) as cache:
-            for i in range(3):
-                harness.write_for(0, i, make_key("conv_F32_clean", h=i + 1)).put(cache)
-            valid = exchange.export_cache(cache)
+    with Cache.open(device=DEVICE, path=clean) as cache:
+        for i in range(3):
+            harness.write_for(0, i, make_key("conv_F32_clean", h=i + 1)).put(cache)
+        valid = exchange.export_cache(cache)
     return db, ids, valid
-
-
-def _exchange() -> ModuleType | None:
-    try:
-        import tunecache.exchange as exchange
-    except ImportError:
-        return None
-    return exchange
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS is enforced on Linux")
 def test_hostile_input_is_refused_typed_quickly_and_in_bounded_memory(tmp_path: Path) -> None:
     db, ids, valid = _prepare(tmp_path)
-    exchange = _exchange()
-    resolve: ModuleType | None = None
-    if harness._have_resolver():
-        import tunecache.resolve as resolve
 
     def body(send: Sender) -> None:
         import resource
 
         cache = Cache.open(device=DEVICE, path=db)
         target = Cache.open(device=DEVICE, path=tmp_path / "target.db")
-        table = None if resolve is None else resolve.Table.open(device=DEVICE, path=db)
+        table = Table.open(device=DEVICE, path=db)
         cases: dict[str, Callable[[], object]] = {}
         for name, text in KEY_TEXTS.items():
             cases[f"get: {name}"] = partial(cache.get, text, candidates=NAMES)
             cases[f"put: {name}"] = partial(cache.put, text, choice=NAMES[0], candidates=NAMES)
-            if table is not None:
-                cases[f"resolve: {name}"] = partial(table.resolve, text, NAMES, NAMES[0])
+            cases[f"resolve: {name}"] = partial(table.resolve, text, NAMES, NAMES[0])
         for name, entry_id in ids.items():
             cases[f"stored record: {name}"] = partial(cache.record, entry_id)
-        if exchange is not None:
-            for name, data in _exports(valid).items():
-                cases[name] = partial(exchange.import_cache, target, data)
+        for name, data in _exports(valid).items():
+            cases[name] = partial(exchange.import_cache, target, data)
         before = target.count()
         limit = _vm_bytes() + CAP
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

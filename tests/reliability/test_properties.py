@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tests.reliability.harness import DEVICE, NAMES, _have_resolver
+from tests.reliability.harness import DEVICE, NAMES
 from tests.test_codec import records
 from tests.test_keys import keys
 from tunecache.cache import Cache
@@ -81,13 +81,12 @@ def test_keys_round_trip_through_the_store(written: list[Key]) -> None:
         assert got is not None and got.key == key and got.key.text == key.text
     assert set(written) <= {e.key for e in cache.entries()}
     # The resolver, which reads the file without SQLAlchemy, parses them back too.
-    if _have_resolver():
-        from tunecache.resolve import Table
+    from tunecache.resolve import Table
 
-        table = Table.open(device=DEVICE, path=cache.path, use="all")
-        for key in written:
-            assert table.resolve(key, NAMES, NAMES[1])[:2] == (NAMES[0], "exact")
-        table.close()
+    table = Table.open(device=DEVICE, path=cache.path, use="all")
+    for key in written:
+        assert table.resolve(key, NAMES, NAMES[1])[:2] == (NAMES[0], "exact")
+    table.close()
 
 
 # Candidate names the store accepts.

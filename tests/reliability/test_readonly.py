@@ -19,12 +19,15 @@ from typing import Any
 
 import pytest
 
+# Imported before any fork: a child running as another user imports nothing itself.
+import tunecache.identity  # noqa: F401  (Table.open imports it lazily)
 from tests.reliability import harness
 from tests.reliability.harness import DEVICE, MARK, NAMES, OPENED, Child, Sender
 from tunecache import paths
 from tunecache.cache import Cache
 from tunecache.errors import ReadOnlyStoreError, StoreError
 from tunecache.keys import make_key
+from tunecache.resolve import Table
 
 NOBODY = 65534
 KEY = make_key("conv_F32_ro", h=8)
@@ -47,10 +50,6 @@ def shared(tmp_path: Path) -> Iterator[Path]:
 
 def _as_another_user(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run `body` in a forked child without root's privileges; its JSON-ready result."""
-    if harness._have_resolver():
-        # Everything the child needs is imported here, before the fork.
-        import tunecache.identity
-        import tunecache.resolve  # noqa: F401
 
     def child(send: Sender) -> None:
         if os.geteuid() == 0:
@@ -86,13 +85,10 @@ def _use(open_cache: Callable[[], Cache], db: Path) -> dict[str, Any]:
                 out["write"] = "written"
             except StoreError as error:
                 out["write"] = [type(error).__name__, str(error)]
-    if harness._have_resolver():
-        from tunecache.resolve import Table
-
-        table = Table.open(device=DEVICE, path=db, use="all")
-        answer = table.resolve(KEY, NAMES, NAMES[3])
-        out["resolved"] = [answer.choice, answer.source]
-        table.close()
+    table = Table.open(device=DEVICE, path=db, use="all")
+    answer = table.resolve(KEY, NAMES, NAMES[3])
+    out["resolved"] = [answer.choice, answer.source]
+    table.close()
     return out
 
 
@@ -133,9 +129,8 @@ def _check_readable_and_refusing(result: dict[str, Any], choice: str, why: str) 
     kind, message = result["write"]
     assert kind == "ReadOnlyStoreError" and "is read-only" in message and why in message
     assert "\n" not in message
-    if "resolved" in result:
-        # The resolver reads the cache too: the stored choice, exactly.
-        assert result["resolved"] == [choice, "exact"]
+    # The resolver reads the cache too: the stored choice, exactly.
+    assert result["resolved"] == [choice, "exact"]
 
 
 def test_a_frozen_cache_is_read_and_refuses_writes(shared: Path) -> None:
@@ -151,18 +146,6 @@ def test_a_frozen_cache_is_read_and_refuses_writes(shared: Path) -> None:
     print(f"frozen cache: {result}")
     _check_readable_and_refusing(result, choice, "not writable by this user")
     assert sorted(p.name for p in folder.iterdir()) == before
-
-
-def test_the_resolver_reads_a_frozen_cache(shared: Path) -> None:
-    pytest.importorskip("tunecache.resolve")
-    folder = shared / "frozen"
-    folder.mkdir()
-    db = folder / "cache.db"
-    choice = _cache_with_one_entry(db)
-    _chmod(0o444, db)
-    _chmod(0o555, folder)
-    result = _as_another_user(lambda: _use(lambda: Cache.open(device=DEVICE, path=db), db))
-    assert result["resolved"] == [choice, "exact"]
 
 
 def test_a_read_only_file_in_a_writable_folder_is_read_and_refuses_writes(shared: Path) -> None:
@@ -209,11 +192,10 @@ def test_a_folder_only_its_owner_may_write_is_refused_clearly(shared: Path) -> N
     print(f"owner-only folder: {result}")
     kind, message = result["open_error"]
     assert kind == "StoreError" and "-shm" in message and "\n" not in message
-    if "resolved" in result:
-        assert result["resolved"] in (
-            [NAMES[3], "heuristic"],
-            [harness.write_for(0, 0, KEY).choice, "exact"],
-        )
+    assert result["resolved"] in (
+        [NAMES[3], "heuristic"],
+        [harness.write_for(0, 0, KEY).choice, "exact"],
+    )
 
 
 def test_no_cache_in_a_read_only_folder_says_it_cannot_create_one(shared: Path) -> None:
@@ -235,8 +217,7 @@ def test_no_cache_in_a_read_only_folder_says_it_cannot_create_one(shared: Path) 
     print(f"no cache, read-only folder: {result}")
     kind, message = result["open_error"]
     assert kind == ReadOnlyStoreError.__name__ and "cannot create cache database" in message
-    if "resolved" in result:
-        assert result["resolved"] == [NAMES[3], "heuristic"]  # no cache: no change, no crash
+    assert result["resolved"] == [NAMES[3], "heuristic"]  # no cache: no change, no crash
     kind, message = result["mkdir_error"]
     assert kind == "StoreError" and "cannot create cache folder" in message
     assert stat.S_IMODE(folder.stat().st_mode) == 0o555
