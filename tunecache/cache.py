@@ -26,7 +26,6 @@ from tunecache._version import __version__
 from tunecache.candidates import candidate_names, checksum
 from tunecache.device import Device, detect
 from tunecache.errors import (
-    BadArgumentError,
     BadRecordError,
     ReadOnlyStoreError,
     SchemaTooNewError,
@@ -198,9 +197,7 @@ class Cache:
                 accelerator=accelerator,
             )
         busy_timeout = check_timeout(busy_timeout)
-        if path is not None and not str(path):
-            raise BadArgumentError("the database path must not be empty")
-        db = Path(path).absolute() if path is not None else paths.database_path(device, root)
+        db = paths.explicit_path(path) if path is not None else paths.database_path(device, root)
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:

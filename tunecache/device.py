@@ -16,6 +16,7 @@ from tunecache.identity import (
     check_fields,
     cpu_model,
     detect_fields,
+    dirname,
     fingerprint,
     slugify,
     usable_cpus,
@@ -47,7 +48,7 @@ class Device:
     @property
     def dirname(self) -> str:
         """The folder name of this device's store under its version folder: `<cpu>-t<threads>`."""
-        return f"{self.cpu}-t{self.threads}"
+        return dirname(self.cpu, self.threads)
 
     @property
     def fingerprint(self) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "check_fields",
     "cpu_model",
     "detect_fields",
+    "dirname",
     "fingerprint",
     "slugify",
     "usable_cpus",
@@ -122,6 +123,11 @@ def usable_cpus() -> int:
     else:  # pragma: no cover - macOS and Windows before 3.13
         count = os.cpu_count()
     return max(1, count or 1)
+
+
+def dirname(cpu: str, threads: int) -> str:
+    """The folder name of a device's store under its version folder: `<cpu>-t<threads>`."""
+    return f"{cpu}-t{threads}"
 
 
 def check_fields(

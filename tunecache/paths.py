@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tunecache.errors import BadArgumentError
+from tunecache.identity import dirname
 
 if TYPE_CHECKING:
     from tunecache.device import Device
@@ -21,7 +22,9 @@ __all__ = [
     "ENV_VAR",
     "cache_root",
     "database_path",
+    "database_path_of",
     "device_dir",
+    "explicit_path",
     "version_dir",
 ]
 
@@ -49,9 +52,13 @@ def cache_root(client: str = "tunecache", root: str | os.PathLike[str] | None = 
     return Path(platformdirs.user_cache_dir(client, appauthor=False))
 
 
+def _version_dir(client: str, client_version: str, root: str | os.PathLike[str] | None) -> Path:
+    return cache_root(client, root) / "tune" / client_version
+
+
 def version_dir(device: Device, root: str | os.PathLike[str] | None = None) -> Path:
     """The folder of every device's cache for the client version of `device`."""
-    return cache_root(device.client, root) / "tune" / device.client_version
+    return _version_dir(device.client, device.client_version, root)
 
 
 def device_dir(device: Device, root: str | os.PathLike[str] | None = None) -> Path:
@@ -72,4 +79,11 @@ def database_path_of(
     root: str | os.PathLike[str] | None = None,
 ) -> Path:
     """`database_path` from the identity's fields, for callers that have no Device at hand."""
-    return cache_root(client, root) / "tune" / client_version / f"{cpu}-t{threads}" / DATABASE_NAME
+    return _version_dir(client, client_version, root) / dirname(cpu, threads) / DATABASE_NAME
+
+
+def explicit_path(path: str | os.PathLike[str]) -> Path:
+    """A database file named by the caller, made absolute; an empty name is refused."""
+    if not str(path):
+        raise BadArgumentError("the database path must not be empty")
+    return Path(path).absolute()

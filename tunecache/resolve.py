@@ -603,11 +603,9 @@ class Table:
                 threads=threads,
                 accelerator=accelerator,
             )
-        if path is not None and not str(path):
-            raise BadArgumentError("the database path must not be empty")
         cpu, threads_, _, client_, version = fields
         db = (
-            Path(path).absolute()
+            paths.explicit_path(path)
             if path is not None
             else paths.database_path_of(client_, version, cpu, threads_, root)
         )
