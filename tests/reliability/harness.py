@@ -826,16 +826,20 @@ def migration_window(facts: GoldenFacts, db: Path) -> float:
     """Seconds from the start of an upgrade to its open returning, measured once."""
     remove_database(db)
     shutil.copy(facts.path, db)
-    kid = Child(lambda s: _migrating_child(db, s))
+    return _window(Child(lambda s: _migrating_child(db, s)), MIGRATING, OPENED, "upgrade")
+
+
+def _window(kid: Child, start: int, end: int, what: str) -> float:
+    """Seconds between a child's `start` and `end` marks, for timing kills inside that span."""
     marks: dict[int, float] = {}
     while not kid.eof:
         for _, m in pump([kid], 1.0):
             if m.tag == MARK:
                 marks[m.a] = time.monotonic()
     kid.finish()
-    if MIGRATING not in marks or OPENED not in marks:
-        raise RuntimeError(f"calibration upgrade did not run: {kid.crashes()}")
-    return marks[OPENED] - marks[MIGRATING]
+    if start not in marks or end not in marks:
+        raise RuntimeError(f"calibration {what} did not run: {kid.crashes()}")
+    return marks[end] - marks[start]
 
 
 def crash_migration(db: Path, facts: GoldenFacts, seed: int, window: float) -> Trial:
@@ -964,16 +968,9 @@ def _local_cache(db: Path) -> dict[str, tuple[object, ...]]:
 def import_window(source: ImportSource, db: Path) -> float:
     """Seconds from the start of an import to its end, measured once."""
     _local_cache(db)
-    kid = Child(lambda s: _importing_child(db, source.data, s))
-    marks: dict[int, float] = {}
-    while not kid.eof:
-        for _, m in pump([kid], 1.0):
-            if m.tag == MARK:
-                marks[m.a] = time.monotonic()
-    kid.finish()
-    if IMPORTING not in marks or IMPORTED not in marks:
-        raise RuntimeError(f"calibration import did not run: {kid.crashes()}")
-    return marks[IMPORTED] - marks[IMPORTING]
+    return _window(
+        Child(lambda s: _importing_child(db, source.data, s)), IMPORTING, IMPORTED, "import"
+    )
 
 
 def crash_import(db: Path, source: ImportSource, seed: int, window: float) -> Trial:
