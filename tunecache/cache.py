@@ -555,6 +555,24 @@ class Cache:
             ).scalar()
         return None if data is None else codec.decode(bytes(data))
 
+    def set_status(self, entry: Entry | int, status: str) -> Entry:
+        """Change an entry's status (accepted / rejected / unvalidated), keeping its evidence.
+
+        `put` replaces a decision and its timing record; acceptance only changes its verdict.
+        """
+        if status not in ENTRY_STATUSES:
+            raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+        entry_id = _entry_id(entry)
+        with self._write() as conn:
+            done = conn.execute(
+                update(_E)
+                .where(_E.c.id == entry_id, _E.c.device_id == self._find_device_id(conn))
+                .values(status=status, updated_at=utcnow())
+            )
+            if done.rowcount == 0:
+                raise BadRecordError(f"no entry {entry_id} on this device")
+            return self._entries(conn, _E.c.id == entry_id)[0]
+
     # -- models, validations, runs ------------------------------------------------------------
 
     def validate(
@@ -614,6 +632,23 @@ class Cache:
                         model_id=model_id, entry_id=entry_id, created_at=now, **values
                     )
                 )
+
+    def verdicts(self, model: str, fingerprint: str | None = None) -> dict[int, str]:
+        """This model's verdicts on entries of this device, by entry id (any fingerprint of the
+        model's name when `fingerprint` is None)."""
+        where = [_M.c.name == model]
+        if fingerprint is not None:
+            where.append(_M.c.fingerprint == fingerprint)
+        with self._read() as conn:
+            device_id = self._find_device_id(conn)
+            rows = conn.execute(
+                select(_V.c.entry_id, _V.c.verdict)
+                .join(_M, _M.c.id == _V.c.model_id)
+                .join(_E, _E.c.id == _V.c.entry_id)
+                .where(_E.c.device_id == device_id, *where)
+                .order_by(_V.c.updated_at)
+            ).all()
+        return {int(entry_id): str(verdict) for entry_id, verdict in rows}
 
     def _insert_run(
         self, conn: Connection, kind: str, notes: str | None, *, status: str = "running"

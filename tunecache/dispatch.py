@@ -30,7 +30,7 @@ from tunecache.keys import Key, make_key
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["Profile", "ProfileRow", "Tunable", "profile", "registry", "tunable"]
+__all__ = ["Captured", "Profile", "ProfileRow", "Tunable", "profile", "registry", "tunable"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -242,13 +242,23 @@ class ProfileRow(NamedTuple):
     source: str
 
 
+class Captured(NamedTuple):
+    """The arguments of one real call of a key, kept so the tuner can bench it in isolation."""
+
+    op: Tunable[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class Profile:
     """Calls and time per key while active; see `profile()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, capture: bool = False) -> None:
         self._stats: dict[tuple[Tunable[Any, Any], Any], list[int]] = {}
         self._lock = threading.Lock()
         self._previous: Profile | None = None
+        self._capture = capture
+        self._captured: dict[tuple[Tunable[Any, Any], Any], Captured] = {}
 
     def _timed(
         self,
@@ -267,6 +277,8 @@ class Profile:
                 stat = self._stats.get((op, raw))
                 if stat is None:
                     self._stats[op, raw] = [1, elapsed]
+                    if self._capture:
+                        self._captured[op, raw] = Captured(op, args, dict(kwargs))
                 else:
                     stat[0] += 1
                     stat[1] += elapsed
@@ -283,6 +295,12 @@ class Profile:
             out.append(ProfileRow(key, calls, nanos / 1e9, choice, source))
         out.sort(key=lambda r: (-r.seconds, r.key))
         return out
+
+    def captured(self) -> dict[Key, Captured]:
+        """The first call's arguments of every key seen (empty unless `profile(capture=True)`)."""
+        with self._lock:
+            items = list(self._captured.items())
+        return {op._key(raw): c for (op, raw), c in items}
 
     def heavy(self, share: float = 0.9) -> list[ProfileRow]:
         """The fewest heaviest keys that together carry `share` of the profiled time."""
@@ -323,6 +341,10 @@ class Profile:
         _profile = self._previous
 
 
-def profile() -> Profile:
-    """Record calls and time per key of every tunable op, process-wide, inside a `with` block."""
-    return Profile()
+def profile(*, capture: bool = False) -> Profile:
+    """Record calls and time per key of every tunable op, process-wide, inside a `with` block.
+
+    With `capture`, the first call of each key also keeps its arguments (references, not
+    copies), so each key can be benched in isolation on the data the model really used.
+    """
+    return Profile(capture=capture)
