@@ -195,6 +195,22 @@ def test_profiling_records_calls_and_time_per_key_only_while_on() -> None:
         p.heavy(0)
 
 
+def test_a_capturing_profile_keeps_the_first_call_of_each_key() -> None:
+    first, second, other = arrays(8, 4, 2), arrays(8, 4, 2), arrays(3, 3, 3)
+    with profile() as plain:
+        matmul(*first)
+    assert plain.captured() == {}
+    with profile(capture=True) as p:
+        matmul(*first)
+        matmul(*second)
+        matmul(*other)
+    captured = p.captured()
+    assert set(captured) == {matmul.key(*first), matmul.key(*other)}
+    kept = captured[matmul.key(*first)]
+    assert kept.op is matmul and kept.kwargs == {}
+    assert kept.args[0] is first[0] and kept.args[1] is first[1]
+
+
 def test_profiling_passes_exceptions_through_and_still_counts_the_call() -> None:
     def boom(n: int) -> None:
         raise ValueError("candidate failed")

@@ -235,6 +235,26 @@ def test_a_validation_is_replaced_not_duplicated(cache: Cache) -> None:
         cache.validate(entry.id + 100, model="m", fingerprint="f", verdict="masked")
 
 
+def test_set_status_keeps_the_evidence_and_verdicts_are_read_per_model(cache: Cache) -> None:
+    record = TimingRecord((CandidateTiming("mmm_8x8", (1e-3, 2e-3)),))
+    entry = cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES, record=record)
+    changed = cache.set_status(entry, "accepted")
+    assert changed.status == "accepted" and changed.choice == "mmm_8x8"
+    assert cache.record(entry) == record
+    with pytest.raises(BadRecordError, match="status"):
+        cache.set_status(entry, "maybe")
+    with pytest.raises(BadRecordError, match="no entry"):
+        cache.set_status(entry.id + 100, "rejected")
+    assert cache.get(RFC_TEXT, candidates=NAMES).status == "accepted"  # type: ignore[union-attr]
+
+    assert cache.verdicts("m") == {}
+    cache.validate(entry, model="m", fingerprint="v1", verdict="masked")
+    cache.validate(entry, model="other", fingerprint="v1", verdict="validated")
+    assert cache.verdicts("m") == {entry.id: "masked"}
+    assert cache.verdicts("m", "v1") == {entry.id: "masked"}
+    assert cache.verdicts("m", "v2") == {}
+
+
 def test_runs_are_logged_with_their_outcome(cache: Cache) -> None:
     with cache.run("tune", notes="first") as run_id:
         cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES, run_id=run_id)
