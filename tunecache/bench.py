@@ -1,0 +1,468 @@
+"""Adaptive benching: time one key's candidates side by side and stop once the answer is known.
+
+Fixed-sample benching (Triton's `do_bench`: 25 ms of warm-up and 100 ms of repetitions for every
+candidate) spends most of its time confirming what a few samples already showed. `bench` instead:
+
+1. warms each candidate up and calibrates its inner loop so one sample lasts about `sample_time`,
+   far above the clock's resolution;
+2. takes samples round-robin, one per candidate per round, so a slow drift of the machine (another
+   process, a clock change) hits every candidate alike instead of whichever ran last;
+3. stops as early as the evidence allows, for one of these reasons (`BenchResult.stopped`):
+
+   - ``"converged"``: after `min_samples` rounds the leader (lowest median) is settled against
+     every remaining rival: the leader's high quantile is at most (1 + INDIFFERENCE) times the
+     rival's low quantile. Either the rival is clearly slower, or both sit so tightly within
+     INDIFFERENCE of each other that picking the leader costs at most that much if the rival
+     were really faster. The quantiles are the min and max for up to 4 samples and trim one more
+     sample from each end for every 4 more, so one outlier of a shared machine can neither fake
+     nor forever block a decision.
+   - ``"bound"``: a candidate's median over at least 2 samples reached `lower_bound` /
+     `bound_threshold`: nothing can be much faster, so further measurement cannot pay off.
+   - ``"budget"``: the clock budget for this key is spent; the decision rests on what was
+     measured (a candidate cut off before its first sample keeps its last calibration batch).
+   - ``"max_samples"``: every remaining candidate has `max_samples` samples.
+   - ``"single"``: only one candidate could be measured (one was given or the others raised);
+     it still gets `min_samples` samples, because the record is evidence.
+   - ``"failed"``: every candidate raised, so there is no best.
+
+Between rounds, once every candidate has `min_samples` samples, a candidate whose median is more
+than `drop_ratio` times the leader's is dropped (pruned), as cubecl's autotuner does.
+
+Everything is timed through the injected `clock`, so tests drive `bench` with a fake clock and
+scripted timings, and a GPU caller passes a `sync` that waits for queued work before every clock
+read that opens or closes a timed region.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+from tunecache import codec
+from tunecache.errors import BadArgumentError
+
+__all__ = [
+    "INDIFFERENCE",
+    "SAMPLE_TIME",
+    "BenchResult",
+    "Stopped",
+    "bench",
+]
+
+#: default seconds per sample: ~1000x perf_counter's resolution, yet cheap enough that ten
+#: samples of a fast op cost a tenth of what fixed-sample benching spends
+SAMPLE_TIME = 2e-3
+#: a rival whose time may be at most this fraction better than the leader's is not worth more
+#: samples: picking the leader costs at most this much
+INDIFFERENCE = 0.05
+
+#: why `bench` stopped sampling
+Stopped = Literal["converged", "bound", "budget", "max_samples", "single", "failed"]
+
+# Calibration grows the inner loop at most this much per step, so one noisy, short first batch
+# cannot make the next batch run for a thousand times too long.
+_MAX_GROWTH = 10.0
+# More calls per sample than this means the candidate does (almost) nothing; stop growing.
+_MAX_LOOPS = 2**40
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """What `bench` measured for one key: the full record and the decision read from it."""
+
+    #: every candidate (declaration order), every sample in seconds per call, settings and env
+    record: codec.TimingRecord
+    #: the fastest median among candidates that ran, raised nothing and were not pruned
+    best: str | None
+    #: candidates that ran without error (pruned ones included), fastest median first
+    ranking: tuple[str, ...]
+    #: seconds per call, for every candidate that has samples
+    medians: Mapping[str, float]
+    #: name -> one-line error text, for candidates that raised
+    errors: Mapping[str, str]
+    #: candidates dropped early because their median exceeded drop_ratio x the best
+    pruned: tuple[str, ...]
+    #: why sampling stopped
+    stopped: Stopped
+    #: seconds of the injected clock spent in `bench`, calibration and warm-up included
+    elapsed: float
+
+    def survivors(self, keep: int = 3, within: float | None = None) -> tuple[str, ...]:
+        """The best `keep` candidates not pruned and without error, fastest first, each within
+        `within` (default: the bench's drop_ratio) of the best median: the short list worth
+        confirming by whole-model runs."""
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise BadArgumentError(f"keep must be an int >= 1, got {keep!r}")
+        if within is None:
+            ratio = self.record.settings.get("drop_ratio")
+            within = float(ratio) if isinstance(ratio, (int, float)) else math.inf
+        elif not _is_real(within) or not within >= 1.0:
+            raise BadArgumentError(f"within must be a number >= 1, got {within!r}")
+        if self.best is None:
+            return ()
+        limit = self.medians[self.best] * within
+        pruned = set(self.pruned)
+        out = [n for n in self.ranking if n not in pruned and self.medians[n] <= limit]
+        return tuple(out[:keep])
+
+
+def bench(
+    candidates: Mapping[str, Callable[[], object]],
+    *,
+    min_samples: int = 3,
+    max_samples: int = 10,
+    drop_ratio: float = 1.5,
+    lower_bound: float | None = None,
+    bound_threshold: float = 0.8,
+    budget: float | None = 1.0,
+    sample_time: float = SAMPLE_TIME,
+    warmup: int = 1,
+    sync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> BenchResult:
+    """Time each zero-argument candidate, interleaved, and pick the fastest by median.
+
+    `lower_bound` is a time per call no candidate can beat (a roofline estimate); `budget` caps
+    the clock seconds spent on this key, calibration and warm-up included (None: no cap). A
+    candidate that raises an Exception is recorded with its error and skipped; KeyboardInterrupt
+    and SystemExit propagate. Raises BadArgumentError for bad options or no candidates.
+    """
+    _check_options(
+        candidates,
+        min_samples,
+        max_samples,
+        drop_ratio,
+        lower_bound,
+        bound_threshold,
+        budget,
+        sample_time,
+        warmup,
+        sync,
+        clock,
+    )
+    run = _Run(candidates, sample_time, warmup, budget, sync, clock)
+    for name in candidates:
+        if run.spent():
+            break
+        run.calibrate(name)
+    stopped, rounds = _sample(
+        run, min_samples, max_samples, drop_ratio, lower_bound, bound_threshold
+    )
+    run.fill_from_calibration()
+    elapsed = max(0.0, clock() - run.start)
+    settings: dict[str, codec.Scalar] = {
+        "min_samples": min_samples,
+        "max_samples": max_samples,
+        "drop_ratio": float(drop_ratio),
+        "lower_bound": None if lower_bound is None else float(lower_bound),
+        "bound_threshold": float(bound_threshold),
+        "budget": None if budget is None else float(budget),
+        "sample_time": float(sample_time),
+        "warmup": warmup,
+        "indifference": INDIFFERENCE,
+        "sync": sync is not None,
+        "clock": getattr(clock, "__qualname__", type(clock).__qualname__),
+        "stopped": stopped,
+        "rounds": rounds,
+        "elapsed": elapsed,
+    }
+    return run.result(stopped, elapsed, settings)
+
+
+# --- the sampling loop -----------------------------------------------------------------------
+
+
+def _sample(
+    run: _Run,
+    min_samples: int,
+    max_samples: int,
+    drop_ratio: float,
+    lower_bound: float | None,
+    bound_threshold: float,
+) -> tuple[Stopped, int]:
+    """Take rounds of samples until a stopping rule fires; return why and how many rounds ran."""
+    if not run.active:
+        return ("budget" if run.spent() else "failed"), 0
+    # Decided before sampling: a rival that falls away later (pruned, raised) leaves a leader
+    # that was compared, which is convergence, not a lone candidate.
+    single = len(run.active) == 1
+    limit = None if lower_bound is None else lower_bound / bound_threshold
+    rounds = 0
+    while rounds < max_samples:
+        took = False
+        for name in list(run.active):
+            if run.spent():
+                return "budget", rounds + int(took)
+            took = run.sample(name) or took
+            if limit is not None and run.reached(name, limit):
+                return "bound", rounds + 1
+        rounds += 1
+        if not run.active:
+            return "failed", rounds
+        if rounds < min_samples:
+            continue
+        run.prune(drop_ratio)
+        if single:
+            return "single", rounds
+        if run.settled():
+            return "converged", rounds
+    return "max_samples", rounds
+
+
+class _Run:
+    """The state of one `bench` call: what was calibrated, sampled, pruned, and what raised."""
+
+    def __init__(
+        self,
+        candidates: Mapping[str, Callable[[], object]],
+        sample_time: float,
+        warmup: int,
+        budget: float | None,
+        sync: Callable[[], object] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.fns = dict(candidates)
+        self.order = list(candidates)
+        self.sample_time = sample_time
+        self.warmup = warmup
+        self.budget = budget
+        self.sync = sync
+        self.clock = clock
+        self.loops: dict[str, int] = {}
+        self.samples: dict[str, list[float]] = {name: [] for name in candidates}
+        self.spare: dict[str, float] = {}
+        self.errors: dict[str, str] = {}
+        self.pruned: list[str] = []
+        #: calibrated candidates still being sampled, in declaration order
+        self.active: list[str] = []
+        self.start = clock()
+
+    def spent(self) -> bool:
+        """True once the budget is used up."""
+        return self.budget is not None and self.clock() - self.start >= self.budget
+
+    def timed(self, fn: Callable[[], object], loops: int) -> float:
+        """Seconds that `loops` calls of fn take, with queued device work drained at both ends."""
+        sync, clock = self.sync, self.clock
+        if sync is not None:
+            sync()
+        t0 = clock()
+        for _ in range(loops):
+            fn()
+        if sync is not None:
+            sync()
+        return max(0.0, clock() - t0)
+
+    def calibrate(self, name: str) -> None:
+        """Warm a candidate up and find how many calls make one sample last sample_time."""
+        fn = self.fns[name]
+        try:
+            for _ in range(self.warmup):
+                fn()
+            loops = 1
+            while True:
+                took = self.timed(fn, loops)
+                if took >= self.sample_time or loops >= _MAX_LOOPS or self.spent():
+                    break
+                # Aim a little past the target so the next batch usually ends calibration.
+                grow = 1.2 * self.sample_time / took if took > 0 else _MAX_GROWTH
+                loops = min(_MAX_LOOPS, math.ceil(loops * min(_MAX_GROWTH, max(2.0, grow))))
+        except Exception as e:
+            self.errors[name] = _error_text(e)
+            return
+        self.loops[name] = loops
+        # The last batch is a real measurement at the final loop count: kept only as the
+        # fallback sample for a candidate the budget cuts off before its first round.
+        self.spare[name] = took / loops
+        self.active.append(name)
+
+    def sample(self, name: str) -> bool:
+        """Take one sample of a candidate; on an exception record it and drop the candidate."""
+        loops = self.loops[name]
+        try:
+            took = self.timed(self.fns[name], loops)
+        except Exception as e:
+            self.errors[name] = _error_text(e)
+            self.active.remove(name)
+            return False
+        self.samples[name].append(took / loops)
+        return True
+
+    def median(self, name: str) -> float:
+        """A sampled candidate's median seconds per call."""
+        return float(statistics.median(self.samples[name]))
+
+    def reached(self, name: str, limit: float) -> bool:
+        """True if the candidate's median over at least 2 samples is within the bound's limit."""
+        return len(self.samples[name]) >= 2 and self.median(name) <= limit
+
+    def leader(self) -> str:
+        """The active candidate with the lowest median (the earlier one on a tie)."""
+        return min(self.active, key=self.median)
+
+    def prune(self, drop_ratio: float) -> None:
+        """Drop active candidates whose median exceeds drop_ratio x the leader's."""
+        cut = self.median(self.leader()) * drop_ratio
+        for name in list(self.active):
+            if self.median(name) > cut:
+                self.active.remove(name)
+                self.pruned.append(name)
+
+    def settled(self) -> bool:
+        """True if the leader's high quantile is within INDIFFERENCE of every rival's low one."""
+        leader = self.leader()
+        high = _quantiles(self.samples[leader])[1]
+        return all(
+            high <= _quantiles(self.samples[name])[0] * (1.0 + INDIFFERENCE)
+            for name in self.active
+            if name != leader
+        )
+
+    def fill_from_calibration(self) -> None:
+        """Give a calibrated candidate the budget cut off before any sample its spare sample."""
+        for name in self.active:
+            if not self.samples[name]:
+                self.samples[name].append(self.spare[name])
+
+    def result(
+        self, stopped: Stopped, elapsed: float, settings: dict[str, codec.Scalar]
+    ) -> BenchResult:
+        """Freeze what was measured into a record and the decision read from it."""
+        pruned = set(self.pruned)
+        timings = tuple(
+            codec.CandidateTiming(
+                name=name,
+                samples=tuple(self.samples[name]),
+                inner_loops=self.loops.get(name, 1),
+                error=self.errors.get(name),
+                pruned=name in pruned,
+            )
+            for name in self.order
+        )
+        record = codec.TimingRecord(candidates=timings, settings=settings, env=_environment())
+        medians = {c.name: float(statistics.median(c.samples)) for c in timings if c.samples}
+        index = {name: i for i, name in enumerate(self.order)}
+        ranking = tuple(
+            sorted(
+                (c.name for c in timings if c.samples and c.error is None),
+                key=lambda n: (medians[n], index[n]),
+            )
+        )
+        best = next((n for n in ranking if n not in pruned), None)
+        return BenchResult(
+            record=record,
+            best=best,
+            ranking=ranking,
+            medians=MappingProxyType(medians),
+            errors=MappingProxyType(dict(self.errors)),
+            pruned=tuple(n for n in self.order if n in pruned),
+            stopped=stopped,
+            elapsed=elapsed,
+        )
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _quantiles(samples: list[float]) -> tuple[float, float]:
+    """A low and a high quantile: min and max up to 4 samples, then one more trimmed per 4."""
+    ordered = sorted(samples)
+    trim = (len(ordered) - 1) // 4
+    return ordered[trim], ordered[-1 - trim]
+
+
+def _error_text(e: Exception) -> str:
+    """An exception as one bounded line: its type, then its message."""
+    message = " ".join(str(e).split())[:300]
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    # Lone surrogates have no UTF-8 form and the codec would refuse the record.
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _environment() -> dict[str, codec.Scalar]:
+    """What the timings depend on besides the device identity, as CBOR scalars."""
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "numpy": _numpy_version(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def _numpy_version() -> str | None:
+    """numpy's version, without importing numpy if the caller has not."""
+    module = sys.modules.get("numpy")
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        return importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _is_real(value: object) -> bool:
+    """True for a finite int or float that is not a bool."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _is_count(value: object) -> bool:
+    """True for an int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_options(
+    candidates: Mapping[str, Callable[[], object]],
+    min_samples: int,
+    max_samples: int,
+    drop_ratio: float,
+    lower_bound: float | None,
+    bound_threshold: float,
+    budget: float | None,
+    sample_time: float,
+    warmup: int,
+    sync: Callable[[], object] | None,
+    clock: Callable[[], float],
+) -> None:
+    """Refuse options `bench` cannot honour, with one line that names the option."""
+    # The annotations say what is meant; callers without a type checker pass anything, so
+    # every check is made at run time too.
+    if not isinstance(candidates, Mapping) or not candidates:
+        raise BadArgumentError("candidates must be a non-empty mapping of name -> callable")
+    for name, fn in candidates.items():
+        if not isinstance(name, str) or not name:
+            raise BadArgumentError(f"candidate names must be non-empty str, got {name!r}")
+        if not callable(fn):
+            raise BadArgumentError(f"candidate {name!r} is not callable")
+    if not _is_count(min_samples) or min_samples < 1:
+        raise BadArgumentError(f"min_samples must be an int >= 1, got {min_samples!r}")
+    if not _is_count(max_samples) or max_samples < min_samples:
+        raise BadArgumentError(
+            f"max_samples must be an int >= min_samples ({min_samples}), got {max_samples!r}"
+        )
+    if not _is_real(drop_ratio) or not drop_ratio > 1.0:
+        raise BadArgumentError(f"drop_ratio must be a number > 1, got {drop_ratio!r}")
+    if lower_bound is not None and (not _is_real(lower_bound) or not lower_bound > 0):
+        raise BadArgumentError(f"lower_bound must be a number > 0 or None, got {lower_bound!r}")
+    if not _is_real(bound_threshold) or not 0 < bound_threshold <= 1:
+        raise BadArgumentError(f"bound_threshold must be in (0, 1], got {bound_threshold!r}")
+    if budget is not None and (not _is_real(budget) or not budget > 0):
+        raise BadArgumentError(f"budget must be a number of seconds > 0 or None, got {budget!r}")
+    if not _is_real(sample_time) or not sample_time > 0:
+        raise BadArgumentError(f"sample_time must be a number of seconds > 0, got {sample_time!r}")
+    if not _is_count(warmup) or warmup < 0:
+        raise BadArgumentError(f"warmup must be an int >= 0, got {warmup!r}")
+    if sync is not None and not callable(sync):
+        raise BadArgumentError("sync must be a callable or None")
+    if not callable(clock):
+        raise BadArgumentError("clock must be a callable returning seconds")
