@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -10,8 +11,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tunecache.accept import Verdict, accept, measure
+from tunecache import accept as _accept
+from tunecache.accept import Verdict
 from tunecache.errors import BadArgumentError
+
+
+def accept(*args: Any, seed: int | None = 0, **kwargs: Any) -> Verdict:
+    """accept() with its order coin seeded, so every test here is deterministic."""
+    return _accept.accept(*args, seed=seed, **kwargs)
+
+
+def measure(*args: Any, seed: int | None = 0, **kwargs: Any) -> tuple[list[float], list[float]]:
+    return _accept.measure(*args, seed=seed, **kwargs)
 
 
 class FakeModel:
@@ -152,10 +163,43 @@ def test_min_speedup_is_enforced() -> None:
     assert accept(m.run_a, m.run_b, clock=m.clock, min_speedup=1.05).accepted
 
 
-def test_pairs_alternate_which_side_runs_first_across_blocks() -> None:
+def test_each_pair_runs_both_sides_back_to_back_in_random_order() -> None:
     m = FakeModel(0.5, seed=7, noise=0.0)
-    accept(m.run_a, m.run_b, clock=m.clock, confirmations=2, pairs=3, warmup=0)
-    assert m.runs() == list("ABBAABBAABBA")
+    v = accept(m.run_a, m.run_b, clock=m.clock, confirmations=2, pairs=6, warmup=0, seed=3)
+    runs = m.runs()
+    pairs = ["".join(runs[i : i + 2]) for i in range(0, len(runs), 2)]
+    assert len(pairs) == 12 and set(pairs) == {"AB", "BA"}
+    # Each side's timing is its own whichever went first: A takes 10 ms, B 5 ms.
+    assert v.a == pytest.approx([0.01] * 12) and v.b == pytest.approx([0.005] * 12)
+    # The same seed gives the same order; the coin, not a fixed pattern, decides it.
+    again = FakeModel(0.5, seed=7, noise=0.0)
+    accept(again.run_a, again.run_b, clock=again.clock, confirmations=2, pairs=6, warmup=0, seed=3)
+    assert again.runs() == runs
+    other = FakeModel(0.5, seed=7, noise=0.0)
+    accept(other.run_a, other.run_b, clock=other.clock, confirmations=2, pairs=6, warmup=0, seed=4)
+    assert other.runs() != runs
+
+
+def test_randomised_order_keeps_a_first_run_advantage_from_faking_a_win() -> None:
+    # Whichever runs second in a pair is 20% faster (a warm cache), and B does nothing: with a
+    # fixed AB order B would always win; with random order it must not be accepted.
+    class Warm:
+        def __init__(self) -> None:
+            self.now, self.last = 0.0, ""
+
+        def clock(self) -> float:
+            return self.now
+
+        def run(self, side: str) -> None:
+            self.now += 0.008 if self.last and self.last != side else 0.01
+            self.last = side
+
+    accepted = 0
+    for seed in range(50):
+        w = Warm()
+        run_a, run_b = functools.partial(w.run, "A"), functools.partial(w.run, "B")
+        accepted += accept(run_a, run_b, clock=w.clock, seed=seed).accepted
+    assert accepted == 0
 
 
 def test_warmup_runs_are_untimed() -> None:
@@ -174,7 +218,9 @@ def test_sync_is_called_before_every_clock_read() -> None:
     assert len(reads) == 2 * 6
     assert all(m.log[i - 1] == "sync" for i in reads)
     # Each timed run sits between two clock reads: sync, clock, run, sync, clock.
-    assert m.log[:7] == ["A", "B", "sync", "clock", "A", "sync", "clock"]
+    assert m.log[:2] == ["A", "B"]  # the untimed warm-up
+    assert m.log[2:4] == ["sync", "clock"] and m.log[4] in ("A", "B")
+    assert m.log[5:7] == ["sync", "clock"]
 
 
 def test_accept_syncs_too() -> None:
@@ -282,5 +328,5 @@ def test_measure_refuses_bad_arguments() -> None:
     with pytest.raises(BadArgumentError, match="pairs"):
         measure(m.run_a, m.run_b, pairs=0)
     with pytest.raises(BadArgumentError, match="run_b"):
-        measure(m.run_a, "not callable", pairs=2)  # type: ignore[arg-type]
+        measure(m.run_a, "not callable", pairs=2)
     assert m.runs() == []
