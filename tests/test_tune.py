@@ -1,0 +1,456 @@
+"""The tuner end to end, on tiny real numpy models: what it writes, never how fast it ran.
+
+The models (tests/tune_models.py) are built so the right answers are not in doubt: the row-norm
+key's alternative is about 20x faster and carries most of a run, the sum's alternatives are far
+slower or raise, and the bias op is too light to confirm anything about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tunecache
+from tests import tune_models as tm
+from tunecache import cli, tune
+from tunecache.cache import Cache
+from tunecache.device import Device
+from tunecache.errors import BadArgumentError
+from tunecache.keys import make_key
+from tunecache.resolve import Table, using
+
+NORM = make_key("ttrownorm_F64", [("m", 600), ("n", 48)])
+TOTAL = make_key("tttotal_F64", [("n", 20_000)])
+NORM_NAMES = tm.loop.candidates
+TOTAL_NAMES = tm.numpy_sum.candidates
+
+
+def _db(cache: Cache) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{cache.path}?mode=ro", uri=True)
+
+
+def _verdict(cache: Cache, model: str, entry_id: int) -> str | None:
+    return cache.verdicts(model).get(entry_id)
+
+
+def test_tune_writes_accepted_entry_evidence_verdict_and_run(cache: Cache) -> None:
+    report = tune.tune(tm.ENCODER, cache=cache)
+
+    outcomes = {k.key: k for k in report.keys}
+    norm = outcomes[NORM.text]
+    assert norm.action == "accepted" and norm.choice == "vectorized"
+    assert norm.verdict is not None and norm.verdict.accepted
+    assert norm.verdict.confirmations == norm.verdict.needed
+    entry = cache.get(NORM, candidates=NORM_NAMES)
+    assert entry is not None and entry.choice == "vectorized" and entry.status == "accepted"
+    assert entry.heuristic == "loop" and entry.speedup is not None and entry.speedup > 1
+    # The evidence: every candidate's raw samples, as the isolated bench took them.
+    record = cache.record(entry)
+    assert record is not None
+    assert {c.name for c in record.candidates} == set(NORM_NAMES)
+    assert all(len(c.samples) >= 3 for c in record.candidates)
+    # This model's verdict, with the paired statistics that decided it.
+    assert _verdict(cache, "encoder", entry.id) == "validated"
+    with _db(cache) as db:
+        gain, rounds, confirmations = db.execute(
+            "select gain, rounds, confirmations from validations where entry_id = ?", (entry.id,)
+        ).fetchone()
+        assert gain == pytest.approx(norm.verdict.speedup)
+        assert (rounds, confirmations) == (norm.verdict.rounds, norm.verdict.confirmations)
+        kind, status = db.execute(
+            "select kind, status from runs where id = ?", (report.run_id,)
+        ).fetchone()
+    assert (kind, status) == ("tune", "finished")
+    assert report.guard is not None and report.guard.accepted
+    assert report.kept == (entry.id,) and report.masked == ()
+
+
+def test_tune_keeps_the_heuristic_where_nothing_beats_it(cache: Cache) -> None:
+    report = tune.tune(tm.ENCODER, cache=cache, share=0.0)
+
+    total = {k.key: k for k in report.keys}[TOTAL.text]
+    assert total.action in ("kept", "rejected")
+    assert total.choice == "numpy_sum"
+    # The evidence stays, as a rejected entry the resolver never serves.
+    entry = cache.get(TOTAL, candidates=TOTAL_NAMES)
+    assert entry is not None and entry.status == "rejected"
+    record = cache.record(entry)
+    assert record is not None
+    broken = record.candidate("broken")
+    assert broken.error is not None and "never works" in broken.error and not broken.samples
+    table = Table.open(path=cache.path, device=cache.device, model="encoder")
+    assert table.resolve(TOTAL, TOTAL_NAMES, "numpy_sum").source == "heuristic"
+
+
+def test_light_keys_are_screened_and_never_written(cache: Cache) -> None:
+    report = tune.tune(tm.ENCODER, cache=cache, share=0.5)
+
+    assert [k.key for k in report.keys] == [NORM.text]
+    assert report.screened == 2
+    written = {e.key.signature for e in cache.entries()}
+    assert written == {"ttrownorm_F64"}
+
+
+def test_the_tuned_table_serves_the_model(cache: Cache) -> None:
+    tune.tune(tm.ENCODER, cache=cache, share=0.5)
+
+    table = Table.open(path=cache.path, device=cache.device, model="encoder")
+    answer = table.resolve(NORM, NORM_NAMES, "loop")
+    assert (answer.source, answer.choice) == ("exact", "vectorized")
+    with using(table), tunecache.profile() as p:
+        tm.encoder()
+    served = {row.key: row.choice for row in p.rows()}
+    assert served[NORM] == "vectorized"
+
+
+def test_a_second_session_reuses_decisions_and_evidence(cache: Cache) -> None:
+    first = tune.tune(tm.ENCODER, cache=cache, share=0.0)
+    before = {e.id: e.updated_at for e in cache.entries()}
+
+    second = tune.tune(tm.ENCODER, cache=cache, share=0.0)
+
+    outcomes = {k.key: k for k in second.keys}
+    assert outcomes[NORM.text].action == "known"
+    # The sum's record is reused, not benched again.
+    assert outcomes[TOTAL.text].bench_stopped == "stored"
+    assert {e.id: e.updated_at for e in cache.entries()}.keys() >= before.keys()
+    norm_id = {k.key: k for k in first.keys}[NORM.text].entry_id
+    assert norm_id is not None
+    assert {e.id: e.updated_at for e in cache.entries()}[norm_id] == before[norm_id]
+
+
+def test_another_model_validates_a_shared_entry_for_itself(cache: Cache) -> None:
+    tune.tune(tm.ENCODER, cache=cache, share=0.5)
+    entry = cache.get(NORM, candidates=NORM_NAMES)
+    assert entry is not None
+
+    report = tune.validate(tm.SCORER, cache=cache)
+
+    (norm,) = [k for k in report.keys if k.key == NORM.text]
+    assert norm.action == "validated" and norm.entry_id == entry.id
+    assert _verdict(cache, "scorer", entry.id) == "validated"
+    with _db(cache) as db:
+        assert db.execute("select kind from runs where id = ?", (report.run_id,)).fetchone() == (
+            "validate",
+        )
+
+
+def test_an_entry_that_hurts_a_model_is_masked_for_it_only(cache: Cache) -> None:
+    # Another model's "decision" that is really the slow loop, at the scaled model's shape.
+    key = make_key("ttrownorm_F64", [("m", 600), ("n", 48)])
+    entry = cache.put(
+        key, choice="loop", candidates=NORM_NAMES, heuristic="vectorized", status="accepted"
+    )
+    cache.validate(entry, model="other", fingerprint="x", verdict="validated")
+    slow = tunecache.Tunable(
+        "ttrownorm_F64",
+        dims=("m", "n"),
+        shape=lambda x: x.shape,
+        candidates={"loop": tm.loop._candidates["loop"], "vectorized": tm._vectorized},
+        heuristic="vectorized",
+        register=False,
+    )
+    model = tune.Model("fastnorm", lambda: slow(tm.X))
+
+    report = tune.validate(model, cache=cache)
+
+    (outcome,) = report.keys
+    assert outcome.action == "masked" and outcome.choice == "vectorized"
+    assert _verdict(cache, "fastnorm", entry.id) == "masked"
+    mine = Table.open(path=cache.path, device=cache.device, model="fastnorm")
+    assert mine.resolve(key, slow.candidates, "vectorized").source == "masked"
+    theirs = Table.open(path=cache.path, device=cache.device, model="other")
+    assert theirs.resolve(key, slow.candidates, "vectorized").choice == "loop"
+
+
+def test_the_final_guard_drops_a_table_that_does_not_beat_no_table(cache: Cache) -> None:
+    # An accepted entry for a key far too light to matter: the finished table cannot beat no
+    # table end to end, so the guard masks it for this model.
+    bias = make_key("ttbias_F64", [("n", 3)])
+    entry = cache.put(bias, choice="inplace", candidates=tm.add.candidates, status="accepted")
+
+    report = tune.tune(tm.ENCODER, cache=cache, share=0.5, budget=0)
+
+    assert report.guard is not None and not report.guard.accepted
+    assert entry.id in report.masked and report.kept == ()
+    assert _verdict(cache, "encoder", entry.id) == "masked"
+    table = Table.open(path=cache.path, device=cache.device, model="encoder")
+    assert table.resolve(bias, tm.add.candidates, "add").source == "masked"
+
+
+def test_budget_spent_skips_keys_and_writes_no_entry(cache: Cache) -> None:
+    report = tune.tune(tm.ENCODER, cache=cache, budget=0)
+
+    assert report.budget_spent
+    assert report.keys and all(k.action == "skipped" for k in report.keys)
+    assert cache.count() == 0
+    assert report.guard is None
+
+
+def test_scenarios_tune_each_size_of_a_symbolic_dim(cache: Cache) -> None:
+    report = tune.tune(tm.SCALED, cache=cache)
+
+    assert report.scenarios == ("s=150", "s=600")
+    tuned = {e.key.text: e.choice for e in cache.entries() if e.status == "accepted"}
+    assert tuned == {
+        "ttrownorm_F64_m150_n48": "vectorized",
+        "ttrownorm_F64_m600_n48": "vectorized",
+    }
+
+
+def test_ctrl_c_keeps_what_was_accepted(cache: Cache) -> None:
+    calls = {"n": 0}
+
+    def interrupting(x: np.ndarray) -> np.ndarray:
+        calls["n"] += 1
+        raise KeyboardInterrupt
+
+    op = tunecache.Tunable(
+        "ttcumsum_F64",
+        dims=("n",),
+        shape=lambda x: (x.size,),
+        candidates={"cumsum": np.cumsum, "interrupting": interrupting},
+        heuristic="cumsum",
+        register=False,
+    )
+    data = np.ones(30_000)
+
+    def model() -> object:
+        # The row norms weigh most, so they are tuned (and accepted) first.
+        tm.scorer()
+        return op(data)
+
+    with pytest.raises(tune.TuneInterrupted) as stop:
+        tune.tune(tune.Model("interrupted", model), cache=cache, share=0.01)
+
+    assert calls["n"] == 1
+    report = stop.value.report
+    assert report.interrupted
+    assert [k.action for k in report.keys] == ["accepted"]
+    entry = cache.get(NORM, candidates=NORM_NAMES)
+    assert entry is not None and entry.status == "accepted"
+    with _db(cache) as db:
+        status = db.execute("select status from runs where id = ?", (report.run_id,)).fetchone()
+    assert status == ("interrupted",)
+
+
+def test_a_choice_that_breaks_the_model_is_rejected_not_fatal(cache: Cache) -> None:
+    inside = {"model": False}
+
+    def fragile(x: np.ndarray) -> np.ndarray:
+        # Fast in isolation, where the bench calls it; raises inside the model.
+        if inside["model"]:
+            raise RuntimeError("only works alone")
+        return tm._vectorized(x)
+
+    op = tunecache.Tunable(
+        "ttfragile_F64",
+        dims=("m", "n"),
+        shape=lambda x: x.shape,
+        candidates={"loop": tm.loop._candidates["loop"], "fragile": fragile},
+        heuristic="loop",
+        register=False,
+    )
+
+    def model() -> object:
+        inside["model"] = True
+        try:
+            return op(tm.X)
+        finally:
+            inside["model"] = False
+
+    report = tune.tune(tune.Model("fragile", model), cache=cache)
+
+    (outcome,) = report.keys
+    assert outcome.action == "rejected" and outcome.choice == "loop"
+    assert outcome.tried == ("fragile",) and "only works alone" in outcome.note
+    entry = cache.get(outcome.key, candidates=op.candidates)
+    assert entry is not None and entry.status == "rejected"
+    assert _verdict(cache, "fragile", entry.id) == "masked"
+
+
+def test_evaluate_reports_tuned_and_held_out_models(cache: Cache) -> None:
+    result = tune.evaluate([tm.ENCODER], [tm.SCORER, tm.PROJECTOR], cache=cache, pairs=6)
+
+    rows = {r.model: r for r in result.rows}
+    assert [(r.model, r.group) for r in result.rows] == [
+        ("encoder", "tuned"),
+        ("scorer", "held-out"),
+        ("projector", "held-out"),
+    ]
+    for r in result.rows:
+        assert r.outcome in ("improved", "neutral", "regressed")
+    # The scorer shares the heavy row-norm key: the cache serves it, and it is measured.
+    assert rows["scorer"].entries == 1 and rows["scorer"].pairs == 6
+    assert rows["scorer"].heuristic_ms is not None and rows["scorer"].cached_ms is not None
+    # The projector's keys have no served entry: both sides would run the same code.
+    assert rows["projector"].entries == 0 and rows["projector"].outcome == "neutral"
+    assert result.counts("held-out")["neutral"] >= 1
+    # Held-out models are applied as they are, not validated.
+    assert cache.verdicts("scorer") == {}
+    json.dumps(result.as_dict())
+
+
+def test_model_arguments_are_checked() -> None:
+    with pytest.raises(BadArgumentError, match="non-empty"):
+        tune.Model("", tm.encoder)
+    with pytest.raises(BadArgumentError, match="not callable"):
+        tune.Model("x", 3)  # type: ignore[arg-type]
+    with pytest.raises(BadArgumentError, match="positive integer sizes"):
+        tune.Model("x", tm.scaled, scenarios={"s": (0, 4)})
+    with pytest.raises(BadArgumentError, match="Model or a callable"):
+        tune.as_model(42)
+    assert tune.Model("x", tm.scaled, scenarios={"s": (1, 2), "b": (3,)}).cases() == [
+        {"s": 1, "b": 3},
+        {"s": 2, "b": 3},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"share": 1.5}, "share"), ({"keep": 0}, "keep"), ({"budget": -1}, "budget")],
+)
+def test_bad_options_are_one_line_errors_and_write_nothing(
+    cache: Cache, options: dict[str, float], message: str
+) -> None:
+    with pytest.raises(BadArgumentError, match=message):
+        tune.tune(tm.ENCODER, cache=cache, **options)  # type: ignore[arg-type]
+    assert cache.count() == 0
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+MODELS_FILE = str(Path(tm.__file__))
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exit_:  # argparse's usage errors
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_tune_prints_and_writes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, device: Device
+) -> None:
+    db = str(tmp_path / "cli.db")
+    code, out, err = _cli(capsys, "tune", f"{MODELS_FILE}:ENCODER", "--db", db, "--json")
+    assert code == 0, err
+    (report,) = json.loads(out)
+    assert report["model"] == "encoder"
+    actions = {k["key"]: k["action"] for k in report["keys"]}
+    assert actions[NORM.text] == "accepted"
+    code, out, err = _cli(capsys, "tune", "tests.tune_models:MODELS", "--db", db)
+    assert code == 0, err
+    assert "encoder" in out and "scorer" in out and "final guard" in out
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select choice, status from decisions").fetchall()
+    assert ("vectorized", "accepted") in rows
+
+
+def test_cli_evaluate_reports_every_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "eval.db")
+    code, out, err = _cli(
+        capsys,
+        "evaluate",
+        "--tune", "tests.tune_models:ENCODER",
+        "--held-out", "tests.tune_models:SCORER",
+        "--held-out", "tests.tune_models:PROJECTOR",
+        "--measure-pairs", "4",
+        "--db", db,
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    result = json.loads(out)
+    assert [r["model"] for r in result["rows"]] == ["encoder", "scorer", "projector"]
+    assert sum(result["counts"]["held-out"].values()) == 2
+    code, out, err = _cli(
+        capsys, "evaluate", "--tune", "tests.tune_models:ENCODER", "--measure-pairs", "3",
+        "--db", db,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "held-out evaluation" in out and "tuned:" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "code", "message"),
+    [
+        ("nocolon", cli.EXIT_USAGE, "MODULE:ATTR"),
+        ("no.such.module:x", 2, "cannot import"),
+        ("tests.tune_models:NOPE", 2, "no attribute"),
+        ("/no/such/file.py:x", 2, "no file"),
+        ("tests.tune_models:X", 2, "Model or a callable"),
+    ],
+)
+def test_cli_bad_model_specs_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, code: int, message: str
+) -> None:
+    code_, _, err = _cli(capsys, "tune", spec, "--db", str(tmp_path / "bad.db"))
+    assert code_ == code
+    # One line says what is wrong (after argparse's usage lines, for a usage error).
+    assert message in err.strip().splitlines()[-1] and "Traceback" not in err
+    if code != cli.EXIT_USAGE:
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_sigint_to_a_tuning_process_keeps_what_was_accepted(tmp_path: Path) -> None:
+    db = tmp_path / "sigint.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(tm.__file__).resolve().parent.parent)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tunecache",
+            "tune",
+            "tests.tune_models:INTERRUPTIBLE",
+            "--db",
+            str(db),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # Wait for the row norms' entry to be committed, then interrupt the bench that follows.
+        while time.monotonic() < deadline and process.poll() is None:
+            if db.exists() and _accepted(db):
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == cli.EXIT_INTERRUPTED, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert "interrupted: what was accepted before is stored" in out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select status from runs").fetchall() == [("interrupted",)]
+        assert ("vectorized", "accepted") in conn.execute(
+            "select choice, status from decisions"
+        ).fetchall()
+        assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
+
+
+def _accepted(db: Path) -> bool:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1) as conn:
+            return bool(conn.execute("select 1 from entries where status = 'accepted'").fetchall())
+    except sqlite3.Error:
+        return False

@@ -1,0 +1,981 @@
+"""The tuner: make a model faster through the cache, and never slower than its heuristic.
+
+    model = tunecache.tune.Model("encoder", run=encoder, scenarios={"s": (1, 64, 256)})
+    report = tunecache.tune.tune(model)          # profile, screen, bench, accept, write
+    tunecache.tune.validate(other_model)          # judge entries other models tuned
+    tunecache.tune.evaluate(tuned=[...], held_out=[...])
+
+One tuning session, for each scenario of the model (each set of sizes of its symbolic dims):
+
+1. **Profile.** Run the model once to warm up, then once under `dispatch.profile(capture=True)`
+   to learn each key's share of the run's time, and keep one real call's arguments per key.
+2. **Screen.** Keys below `share` (default 1%) of their scenario's time are left alone: a
+   whole-model run cannot see a change that small, so no entry for them could be confirmed.
+3. **Validate** what other models tuned: an entry that already serves a heavy key, and that this
+   model has not judged, is run with and without (paired, `accept.accept`); the model records
+   `validated` or `masked` for itself. Its mask stops the entry applying to it only.
+4. **Bench** each remaining heavy key's candidates in isolation on the captured arguments
+   (`bench.bench`); this only prunes them to a few. An entry already stored for the key and
+   candidate list lends its timing record instead, so a key is never benched twice.
+5. **Accept** through whole-model runs: the scenario with the current table (A) against the
+   table plus the candidate entry (B), in interleaved pairs; the first survivor B wins with is
+   written as accepted, with this model's `validated` verdict. If none wins, the best is kept as
+   a `rejected` entry: the evidence stays, the decision is never served.
+6. **Guard.** The finished table must beat no table at all over every scenario, end to end;
+   otherwise every entry the model uses is masked for it (and this session's own entries are
+   rejected), so its runs fall back to the heuristic.
+
+Every write is its own transaction, made as soon as a decision is reached: Ctrl-C (or a crash)
+keeps what was accepted so far, and the session's row in `runs` says it was interrupted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tunecache import accept as _accept
+from tunecache import bench as _bench
+from tunecache import dispatch, stats
+from tunecache._digest import sha256
+from tunecache.errors import BadArgumentError
+from tunecache.keys import Key
+from tunecache.resolve import Table, using
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache
+    from tunecache.codec import TimingRecord
+
+__all__ = [
+    "Evaluation",
+    "EvaluationRow",
+    "KeyOutcome",
+    "Model",
+    "TuneInterrupted",
+    "TuneReport",
+    "as_model",
+    "evaluate",
+    "tune",
+    "validate",
+]
+
+#: a progress callback: (what, done, total), as the command line's progress bar takes it
+Progress = Callable[[str, int, int], None]
+
+#: what happened to a key in a session
+ACTIONS = (
+    "accepted",  # a new entry won its paired whole-model runs and is served to this model
+    "rejected",  # no survivor beat the current table; the evidence is kept, never served
+    "kept",  # the bench found nothing faster than what the model already runs
+    "validated",  # another model's entry helps this one too
+    "masked",  # another model's entry does not help this one; it stops applying here
+    "known",  # this model already judged what serves the key in an earlier session
+    "failed",  # every candidate raised on the captured arguments
+    "skipped",  # the session's time budget ran out first
+)
+
+
+# --- models ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Model:
+    """A whole workload: `run(**scenario)` runs one inference, calling tunable ops.
+
+    `scenarios` gives the sizes to tune each symbolic dim at (an LLM's prefill length s:
+    ``{"s": (1, 64, 256, 1024)}``); the model is tuned at every combination. `fingerprint`
+    identifies this version of the model; by default it is derived from the keys its runs use,
+    so a model whose ops change gets a new one, and its old verdicts stop applying.
+    """
+
+    name: str
+    run: Callable[..., object]
+    scenarios: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    fingerprint: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise BadArgumentError("a model is named by a non-empty string")
+        if not callable(self.run):
+            raise BadArgumentError(f"model {self.name!r}: run is not callable")
+        checked: dict[str, tuple[int, ...]] = {}
+        for dim, sizes in dict(self.scenarios).items():
+            values = tuple(sizes) if isinstance(sizes, Iterable) else (sizes,)
+            if not values or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
+            ):
+                raise BadArgumentError(
+                    f"model {self.name!r}: scenario {dim!r} needs positive integer sizes, "
+                    f"got {sizes!r}"
+                )
+            checked[str(dim)] = values
+        object.__setattr__(self, "scenarios", checked)
+        if self.fingerprint is not None and not isinstance(self.fingerprint, str):
+            raise BadArgumentError(f"model {self.name!r}: a fingerprint is a string")
+
+    def cases(self) -> list[dict[str, int]]:
+        """Every scenario to run: each combination of the symbolic dims' sizes ([{}] if none)."""
+        names = list(self.scenarios)
+        return [
+            dict(zip(names, values, strict=True))
+            for values in itertools.product(*(self.scenarios[n] for n in names))
+        ]
+
+
+def as_model(value: object, name: str | None = None) -> Model:
+    """A Model as it is, or a plain callable as a model without scenarios."""
+    if isinstance(value, Model):
+        return value
+    if callable(value):
+        label = name or getattr(value, "__qualname__", None) or getattr(value, "__name__", "")
+        return Model(str(label), value)
+    raise BadArgumentError(
+        f"a model is a tunecache.tune.Model or a callable, got {type(value).__name__}"
+    )
+
+
+def _case_text(case: Mapping[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in case.items()) or "-"
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyOutcome:
+    """What one session did for one key."""
+
+    key: str
+    action: str
+    #: the key's share of its scenario's profiled time (the largest over scenarios)
+    share: float
+    scenario: str
+    heuristic: str
+    #: what the model runs for the key after the session
+    choice: str
+    entry_id: int | None = None
+    #: survivors tried in paired whole-model runs, in order
+    tried: tuple[str, ...] = ()
+    #: the verdict that decided (the last one tried), if any
+    verdict: _accept.Verdict | None = None
+    #: the isolated bench's fastest candidate and why it stopped, when it ran
+    bench_best: str | None = None
+    bench_stopped: str | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "action": self.action,
+            "share": self.share,
+            "scenario": self.scenario,
+            "heuristic": self.heuristic,
+            "choice": self.choice,
+            "entry_id": self.entry_id,
+            "tried": list(self.tried),
+            "verdict": None if self.verdict is None else self.verdict.as_dict(),
+            "bench_best": self.bench_best,
+            "bench_stopped": self.bench_stopped,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """What a tuning (or validation) session found and wrote for one model."""
+
+    model: str
+    fingerprint: str
+    run_id: int | None
+    scenarios: tuple[str, ...]
+    keys: tuple[KeyOutcome, ...]
+    #: heavy keys of all scenarios, and keys screened out as too light to confirm
+    screened: int
+    #: the finished table against no table, end to end; None when the model uses no entry
+    guard: _accept.Verdict | None
+    #: entries this model uses after the session, and entries masked for it in the session
+    kept: tuple[int, ...]
+    masked: tuple[int, ...]
+    seconds: float
+    interrupted: bool = False
+    budget_spent: bool = False
+
+    def count(self, action: str) -> int:
+        return sum(1 for k in self.keys if k.action == action)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "fingerprint": self.fingerprint,
+            "run_id": self.run_id,
+            "scenarios": list(self.scenarios),
+            "keys": [k.as_dict() for k in self.keys],
+            "screened": self.screened,
+            "guard": None if self.guard is None else self.guard.as_dict(),
+            "kept": list(self.kept),
+            "masked": list(self.masked),
+            "seconds": self.seconds,
+            "interrupted": self.interrupted,
+            "budget_spent": self.budget_spent,
+        }
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a session: what was accepted is stored; `report` says what was done."""
+
+    def __init__(self, report: TuneReport) -> None:
+        super().__init__("tuning interrupted")
+        self.report = report
+
+
+# --- one session -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Heavy:
+    """A key worth tuning: its share, the scenario it weighs most in, and a real call of it."""
+
+    key: Key
+    op: dispatch.Tunable[Any, Any]
+    call: dispatch.Captured
+    case: dict[str, int]
+    share: float
+
+
+@dataclass
+class _Options:
+    share: float
+    keep: int
+    confirmations: int
+    pairs: int
+    alpha: float
+    key_budget: float | None
+    budget: float | None
+    retune: bool
+    bench_options: Mapping[str, Any]
+
+
+def _check_options(o: _Options) -> None:
+    if not 0 <= o.share < 1:
+        raise BadArgumentError(f"share is a fraction in [0, 1), got {o.share!r}")
+    if isinstance(o.keep, bool) or not isinstance(o.keep, int) or o.keep < 1:
+        raise BadArgumentError(f"keep is a positive number of candidates, got {o.keep!r}")
+    for what, value in (("budget", o.budget), ("key_budget", o.key_budget)):
+        if value is not None and (not isinstance(value, int | float) or not value >= 0):
+            raise BadArgumentError(f"{what} is a number of seconds >= 0, got {value!r}")
+
+
+class _Session:
+    """The state of one model's session: its cache, its current table and what it did."""
+
+    def __init__(
+        self,
+        model: Model,
+        cache: Cache,
+        options: _Options,
+        progress: Progress | None,
+        max_distance: float,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.o = options
+        self.progress = progress
+        self.started = time.perf_counter()
+        self.base = Table.open(
+            path=cache.path,
+            device=cache.device,
+            model=model.name,
+            scenarios=model.scenarios,
+            max_distance=max_distance,
+        )
+        self.table = self.base
+        self.fingerprint = model.fingerprint or ""
+        self.run_id: int | None = None
+        self.outcomes: list[KeyOutcome] = []
+        self.masked: list[int] = []
+        self.created: list[int] = []  # entries this session made accepted
+        self.screened = 0
+        self.guard: _accept.Verdict | None = None
+        self.budget_spent = False
+        self.kept: list[int] | None = None
+        self.cases = model.cases()
+
+    # -- running the model ----------------------------------------------------------------
+
+    def runner(self, table: Table, cases: Sequence[dict[str, int]]) -> Callable[[], None]:
+        run = self.model.run
+
+        def one_run() -> None:
+            with using(table):
+                for case in cases:
+                    run(**case)
+
+        return one_run
+
+    def left(self) -> float | None:
+        if self.o.budget is None:
+            return None
+        return self.o.budget - (time.perf_counter() - self.started)
+
+    def out_of_time(self) -> bool:
+        left = self.left()
+        if left is not None and left <= 0:
+            self.budget_spent = True
+            return True
+        return False
+
+    def tell(self, what: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(what, done, total)
+
+    # -- 1, 2: profile and screen -----------------------------------------------------------
+
+    def profile(self) -> list[_Heavy]:
+        heavy: dict[Key, _Heavy] = {}
+        seen: set[str] = set()
+        for case in self.cases:
+            run = self.runner(self.table, [case])
+            run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
+            with dispatch.profile(capture=True) as p:
+                start = time.perf_counter()
+                run()
+                total = time.perf_counter() - start
+            calls = p.captured()
+            for row in p.rows():
+                seen.add(row.key.text)
+                share = row.seconds / total if total > 0 else 0.0
+                call = calls.get(row.key)
+                if call is None:
+                    continue
+                if share < self.o.share:
+                    self.screened += 1
+                    continue
+                known = heavy.get(row.key)
+                if known is None or share > known.share:
+                    heavy[row.key] = _Heavy(row.key, call.op, call, case, share)
+        if not self.fingerprint:
+            # The model's structure: the keys its runs use. Its verdicts belong to this version.
+            digest = sha256("\n".join(sorted(seen)).encode()).hexdigest()
+            self.fingerprint = digest[:16]
+        self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
+        return sorted(heavy.values(), key=lambda h: (-h.share, h.key))
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def paired(
+        self, a: Table, b: Table, cases: Sequence[dict[str, int]], *, budgeted: bool = True
+    ) -> _accept.Verdict:
+        left = self.left() if budgeted else None
+        return _accept.accept(
+            self.runner(a, cases),
+            self.runner(b, cases),
+            confirmations=self.o.confirmations,
+            pairs=self.o.pairs,
+            alpha=self.o.alpha,
+            # A budget already spent still allows the pair under way: at least a tiny one.
+            budget=None if left is None else max(left, 1e-9),
+        )
+
+    def trial(
+        self, a: Table, b: Table, cases: Sequence[dict[str, int]]
+    ) -> tuple[_accept.Verdict | None, str]:
+        """A paired verdict, or None and the error when a run with the change raises: a
+        decision that breaks the model is one it does not take (never fatal to the session)."""
+        try:
+            return self.paired(a, b, cases), ""
+        except Exception as error:
+            return None, f"a run with it raised {type(error).__name__}: {error}".splitlines()[0]
+
+    def outcome(self, h: _Heavy, action: str, choice: str, **more: Any) -> None:
+        self.outcomes.append(
+            KeyOutcome(
+                key=h.key.text,
+                action=action,
+                share=h.share,
+                scenario=_case_text(h.case),
+                heuristic=h.op._pick_heuristic(h.key),
+                choice=choice,
+                **more,
+            )
+        )
+
+    def judge(self, h: _Heavy, entry_id: int, verdicts: Mapping[int, str]) -> None:
+        """Validate another model's entry that serves this heavy key (step 3)."""
+        answer = self.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key))
+        if entry_id in verdicts:
+            self.outcome(h, "known", answer.choice, entry_id=entry_id, note=verdicts[entry_id])
+            return
+        verdict, error = self.trial(self.table.derive(exclude=[entry_id]), self.table, [h.case])
+        accepted = verdict is not None and verdict.accepted
+        self.cache.validate(
+            entry_id,
+            model=self.model.name,
+            fingerprint=self.fingerprint,
+            verdict="validated" if accepted else "masked",
+            gain=_gain(verdict),
+            rounds=verdict.rounds if verdict else 0,
+            confirmations=verdict.confirmations if verdict else 0,
+            run_id=self.run_id,
+        )
+        if accepted:
+            self.outcome(h, "validated", answer.choice, entry_id=entry_id, verdict=verdict)
+        else:
+            self.masked.append(entry_id)
+            self.table = self.table.derive(exclude=[entry_id])
+            choice = self.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key)).choice
+            self.outcome(h, "masked", choice, entry_id=entry_id, verdict=verdict, note=error)
+
+    def tune_key(self, h: _Heavy) -> None:
+        """Bench one heavy key and accept its best survivor through whole-model runs (4, 5)."""
+        names = h.op.candidates
+        heuristic = h.op._pick_heuristic(h.key)
+        current = self.table.resolve(h.key, names, heuristic).choice
+        stored = self.cache.get(h.key, candidates=names)
+        record: TimingRecord | None = None
+        bench_best: str | None = None
+        bench_stopped: str | None = None
+        if stored is not None and not self.o.retune:
+            record = self.cache.record(stored)
+        if record is None:
+            result = self.bench(h)
+            record = result.record
+            bench_best, bench_stopped = result.best, result.stopped
+            ranking = list(result.survivors(self.o.keep))
+        else:
+            bench_best = stored.choice if stored is not None else None
+            bench_stopped = "stored"
+            ranking = _survivors(record, self.o.keep)
+        if not ranking:
+            self.outcome(h, "failed", current, note="every candidate raised", bench_stopped="x")
+            return
+        tries = [name for name in ranking if name != current]
+        if not tries:
+            # Nothing beats what runs now. Keep the evidence (rejected: never served) so the
+            # next session does not bench this key again.
+            if stored is None or self.o.retune:
+                entry = self.cache.put(
+                    h.key,
+                    choice=ranking[0],
+                    candidates=names,
+                    heuristic=heuristic,
+                    record=record,
+                    status="rejected",
+                    run_id=self.run_id,
+                )
+                stored = entry
+            self.outcome(
+                h,
+                "kept",
+                current,
+                entry_id=stored.id if stored else None,
+                bench_best=bench_best,
+                bench_stopped=bench_stopped,
+            )
+            return
+        verdict: _accept.Verdict | None = None
+        tried: list[str] = []
+        errors: list[str] = []
+        for name in tries:
+            if self.out_of_time():
+                break
+            tried.append(name)
+            candidate = self.table.derive(add=[(h.key, names, name)])
+            verdict, error = self.trial(self.table, candidate, [h.case])
+            if error:
+                errors.append(f"{name}: {error}")
+            if verdict is not None and verdict.accepted:
+                entry = self.cache.put(
+                    h.key,
+                    choice=name,
+                    candidates=names,
+                    heuristic=heuristic,
+                    record=record,
+                    speedup=_speedup(record, name, current),
+                    status="accepted",
+                    run_id=self.run_id,
+                )
+                self.cache.validate(
+                    entry,
+                    model=self.model.name,
+                    fingerprint=self.fingerprint,
+                    verdict="validated",
+                    gain=verdict.speedup,
+                    rounds=verdict.rounds,
+                    confirmations=verdict.confirmations,
+                    run_id=self.run_id,
+                )
+                self.created.append(entry.id)
+                self.table = self.table.derive(include=[entry.id])
+                self.outcome(
+                    h,
+                    "accepted",
+                    name,
+                    entry_id=entry.id,
+                    tried=tuple(tried),
+                    verdict=verdict,
+                    bench_best=bench_best,
+                    bench_stopped=bench_stopped,
+                )
+                return
+        if not tried:
+            self.outcome(h, "skipped", current, note="time budget spent")
+            return
+        entry = self.cache.put(
+            h.key,
+            choice=tried[0],
+            candidates=names,
+            heuristic=heuristic,
+            record=record,
+            status="rejected",
+            run_id=self.run_id,
+        )
+        self.cache.validate(
+            entry,
+            model=self.model.name,
+            fingerprint=self.fingerprint,
+            verdict="masked",
+            gain=_gain(verdict),
+            rounds=verdict.rounds if verdict else 0,
+            confirmations=verdict.confirmations if verdict else 0,
+            run_id=self.run_id,
+        )
+        self.outcome(
+            h,
+            "rejected",
+            current,
+            entry_id=entry.id,
+            tried=tuple(tried),
+            verdict=verdict,
+            bench_best=bench_best,
+            bench_stopped=bench_stopped,
+            note="; ".join(errors),
+        )
+
+    def bench(self, h: _Heavy) -> _bench.BenchResult:
+        args, kwargs = h.call.args, h.call.kwargs
+        functions = {
+            name: _bound(function, args, kwargs) for name, function in h.op._candidates.items()
+        }
+        options = dict(self.o.bench_options)
+        options.setdefault("budget", self.o.key_budget)
+        return _bench.bench(functions, **options)
+
+    # -- 6: the guard -------------------------------------------------------------------------
+
+    def served(self) -> list[int]:
+        """Entries the current table serves to this model's runs (one profiled pass each)."""
+        ids: set[int] = set()
+        for case in self.cases:
+            with dispatch.profile(capture=True) as p:
+                self.runner(self.table, [case])()
+            ids.update(_entry_ids(self.table, p))
+        return sorted(ids)
+
+    def final_guard(self) -> None:
+        used = self.served()
+        self.kept = used
+        if not used:
+            return
+        # The guard is the promise "never slower": it runs whatever the budget says.
+        verdict = self.paired(Table.empty(), self.table, self.cases, budgeted=False)
+        self.guard = verdict
+        if verdict.accepted:
+            return
+        for entry_id in used:
+            self.cache.validate(
+                entry_id,
+                model=self.model.name,
+                fingerprint=self.fingerprint,
+                verdict="masked",
+                gain=_gain(verdict),
+                rounds=verdict.rounds,
+                confirmations=verdict.confirmations,
+                run_id=self.run_id,
+            )
+            if entry_id in self.created:
+                self.cache.set_status(entry_id, "rejected")
+            if entry_id not in self.masked:
+                self.masked.append(entry_id)
+        self.table = self.table.derive(exclude=used)
+        self.kept = []
+
+    # -- the report ---------------------------------------------------------------------------
+
+    def report(self, *, interrupted: bool = False) -> TuneReport:
+        kept = self.kept if self.kept is not None else []
+        return TuneReport(
+            model=self.model.name,
+            fingerprint=self.fingerprint,
+            run_id=self.run_id,
+            scenarios=tuple(_case_text(c) for c in self.cases),
+            keys=tuple(self.outcomes),
+            screened=self.screened,
+            guard=self.guard,
+            kept=tuple(kept),
+            masked=tuple(self.masked),
+            seconds=time.perf_counter() - self.started,
+            interrupted=interrupted,
+            budget_spent=self.budget_spent,
+        )
+
+
+def _entry_ids(table: Table, p: dispatch.Profile) -> set[int]:
+    """The entries behind the answers a profiled pass got from `table`."""
+    ids: set[int] = set()
+    for key, call in p.captured().items():
+        op = call.op
+        answer = table.resolve(key, op.candidates, op._pick_heuristic(key))
+        if answer.source in ("exact", "nearest") and answer.entry_id is not None:
+            ids.add(answer.entry_id)
+    return ids
+
+
+def _bound(
+    function: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[], object]:
+    def call() -> object:
+        return function(*args, **kwargs)
+
+    return call
+
+
+def _gain(verdict: _accept.Verdict | None) -> float | None:
+    """A verdict's speedup as the store keeps it: a finite positive number, or nothing."""
+    if verdict is None or not (math.isfinite(verdict.speedup) and verdict.speedup > 0):
+        return None
+    return verdict.speedup
+
+
+def _survivors(record: TimingRecord, keep: int) -> list[str]:
+    """The fastest few candidates of a stored record, as a fresh bench would rank them."""
+    ran = [c for c in record.candidates if c.error is None and not c.pruned and c.samples]
+    ran.sort(key=lambda c: c.median or math.inf)
+    return [c.name for c in ran[:keep]]
+
+
+def _speedup(record: TimingRecord, choice: str, current: str) -> float | None:
+    """The isolated bench's speedup of `choice` over what ran before, from the record."""
+    try:
+        chosen, before = record.candidate(choice).median, record.candidate(current).median
+    except KeyError:
+        return None
+    if not chosen or not before:
+        return None
+    return before / chosen
+
+
+# --- the library calls -------------------------------------------------------------------------
+
+
+def _open_cache(cache: Cache | None, open_options: Mapping[str, Any]) -> tuple[Cache, bool]:
+    if cache is not None:
+        if open_options:
+            raise BadArgumentError("pass either an open cache or options to open one, not both")
+        return cache, False
+    from tunecache.cache import Cache
+
+    return Cache.open(**open_options), True
+
+
+def _session(
+    model: object,
+    cache: Cache | None,
+    open_options: Mapping[str, Any],
+    options: _Options,
+    progress: Progress | None,
+    max_distance: float,
+    *,
+    tune_keys: bool,
+) -> TuneReport:
+    _check_options(options)
+    m = as_model(model)
+    store, owned = _open_cache(cache, open_options)
+    try:
+        s = _Session(m, store, options, progress, max_distance)
+        kind = "tune" if tune_keys else "validate"
+        with store.run(kind, notes=f"model {m.name}") as run_id:
+            s.run_id = run_id
+            try:
+                _steps(s, tune_keys=tune_keys)
+            except KeyboardInterrupt:
+                raise TuneInterrupted(s.report(interrupted=True)) from None
+        return s.report()
+    finally:
+        if owned:
+            store.close()
+
+
+def _steps(s: _Session, *, tune_keys: bool) -> None:
+    heavy = s.profile()
+    verdicts = s.cache.verdicts(s.model.name, s.fingerprint)
+    what = f"{'tuning' if tune_keys else 'validating'} {s.model.name}"
+    for done, h in enumerate(heavy):
+        s.tell(what, done, len(heavy))
+        heuristic = h.op._pick_heuristic(h.key)
+        if s.out_of_time():
+            current = s.table.resolve(h.key, h.op.candidates, heuristic).choice
+            s.outcome(h, "skipped", current, note="time budget spent")
+            continue
+        answer = s.table.resolve(h.key, h.op.candidates, heuristic)
+        if answer.source == "masked":
+            s.outcome(h, "known", heuristic, entry_id=answer.entry_id, note="masked")
+            continue
+        if answer.entry_id is not None:
+            s.judge(h, answer.entry_id, verdicts)
+            if answer.source == "exact" or not tune_keys:
+                continue
+        if tune_keys:
+            # No entry of its own serves this key (it runs the heuristic or a neighbour's
+            # choice): bench it, and accept what wins through the whole model.
+            s.tune_key(h)
+    s.tell(what, len(heavy), len(heavy))
+    s.final_guard()
+
+
+def tune(
+    model: Model | Callable[..., object],
+    *,
+    cache: Cache | None = None,
+    share: float = 0.01,
+    keep: int = 3,
+    confirmations: int | None = None,
+    pairs: int | None = None,
+    alpha: float | None = None,
+    key_budget: float | None = 1.0,
+    budget: float | None = None,
+    retune: bool = False,
+    max_distance: float = 1.0,
+    bench_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    **open_options: Any,
+) -> TuneReport:
+    """Tune a model on this device and write what it finds to the cache.
+
+    `share` screens out keys lighter than this fraction of a scenario's time; `keep` is how many
+    bench survivors may be tried through whole-model runs; `confirmations`, `pairs` and `alpha`
+    are the acceptance rule's (`tunecache.accept.accept`'s defaults when None); `key_budget`
+    bounds each key's isolated bench and `budget` the whole session, in seconds (the final guard
+    always runs). A key that already has an entry for its candidate list reuses that entry's
+    timing record unless `retune`. Pass an open `cache`, or the options of `tunecache.open`.
+
+    Ctrl-C raises `TuneInterrupted` (a KeyboardInterrupt) carrying the partial report; every
+    entry accepted before it stays stored.
+    """
+    options = _Options(
+        share,
+        keep,
+        *_accept_options(confirmations, pairs, alpha),
+        key_budget,
+        budget,
+        retune,
+        dict(bench_options or {}),
+    )
+    return _session(model, cache, open_options, options, progress, max_distance, tune_keys=True)
+
+
+def validate(
+    model: Model | Callable[..., object],
+    *,
+    cache: Cache | None = None,
+    share: float = 0.01,
+    confirmations: int | None = None,
+    pairs: int | None = None,
+    alpha: float | None = None,
+    budget: float | None = None,
+    max_distance: float = 1.0,
+    progress: Progress | None = None,
+    **open_options: Any,
+) -> TuneReport:
+    """Judge, for this model, the entries other models tuned that serve its heavy keys.
+
+    Each is run with and without, in paired whole-model runs, and recorded as `validated` or
+    `masked` for this model only; then the finished table must beat no table end to end, or
+    every entry the model uses is masked for it. Keys lighter than `share` are not judged one by
+    one (no whole-model run could confirm them); the final guard covers them.
+    """
+    options = _Options(
+        share, 1, *_accept_options(confirmations, pairs, alpha), None, budget, False, {}
+    )
+    return _session(model, cache, open_options, options, progress, max_distance, tune_keys=False)
+
+
+def _accept_options(
+    confirmations: int | None, pairs: int | None, alpha: float | None
+) -> tuple[int, int, float]:
+    import inspect
+
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(_accept.accept).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    return (
+        defaults["confirmations"] if confirmations is None else confirmations,
+        defaults["pairs"] if pairs is None else pairs,
+        defaults["alpha"] if alpha is None else alpha,
+    )
+
+
+# --- held-out evaluation -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvaluationRow:
+    """One model's end-to-end time with the shared cache against its heuristic, paired."""
+
+    model: str
+    group: str  # "tuned" or "held-out"
+    outcome: str  # "improved", "neutral" or "regressed"
+    heuristic_ms: float | None
+    cached_ms: float | None
+    speedup: float
+    low: float
+    high: float
+    p_faster: float
+    p_slower: float
+    pairs: int
+    #: entries of the cache that serve the model's runs
+    entries: int
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The held-out protocol's result: every model's row, and the tuning reports."""
+
+    rows: tuple[EvaluationRow, ...]
+    reports: tuple[TuneReport, ...]
+    seconds: float
+
+    def counts(self, group: str | None = None) -> dict[str, int]:
+        counts = {"improved": 0, "neutral": 0, "regressed": 0}
+        for row in self.rows:
+            if group is None or row.group == group:
+                counts[row.outcome] += 1
+        return counts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [r.as_dict() for r in self.rows],
+            "counts": {g: self.counts(g) for g in ("tuned", "held-out")},
+            "reports": [r.as_dict() for r in self.reports],
+            "seconds": self.seconds,
+        }
+
+
+def evaluate(
+    tuned: Sequence[Model | Callable[..., object]],
+    held_out: Sequence[Model | Callable[..., object]],
+    *,
+    cache: Cache | None = None,
+    pairs: int = 20,
+    alpha: float = 0.01,
+    min_change: float = 0.0,
+    tune_options: Mapping[str, Any] | None = None,
+    max_distance: float = 1.0,
+    progress: Progress | None = None,
+    **open_options: Any,
+) -> Evaluation:
+    """Tune on some models, then apply the shared cache, as it is, to held-out models.
+
+    Every model (both groups) is then run `pairs` times with the cache and with no table, in
+    interleaved back-to-back pairs, and classified improved / neutral / regressed against its
+    heuristic by a paired test at `alpha` (`tunecache.stats.classify`). Held-out models are
+    not validated first: the report says what reuse gives before any model-specific judgement.
+    """
+    started = time.perf_counter()
+    tuning = [as_model(m) for m in tuned]
+    others = [as_model(m) for m in held_out]
+    names = [m.name for m in tuning + others]
+    if len(set(names)) != len(names):
+        raise BadArgumentError(f"models need distinct names, got {names}")
+    store, owned = _open_cache(cache, open_options)
+    try:
+        reports = [
+            tune(
+                m,
+                cache=store,
+                max_distance=max_distance,
+                progress=progress,
+                **dict(tune_options or {}),
+            )
+            for m in tuning
+        ]
+        fingerprints = {r.model: r.fingerprint for r in reports}
+        rows = []
+        groups = [("tuned", m) for m in tuning] + [("held-out", m) for m in others]
+        for done, (group, m) in enumerate(groups):
+            if progress is not None:
+                progress("measuring", done, len(groups))
+            table = Table.open(
+                path=store.path,
+                device=store.device,
+                model=m.name,
+                fingerprint=fingerprints.get(m.name),
+                scenarios=m.scenarios,
+                max_distance=max_distance,
+            )
+            rows.append(_measure(m, group, table, pairs, alpha, min_change))
+        if progress is not None:
+            progress("measuring", len(groups), len(groups))
+        return Evaluation(tuple(rows), tuple(reports), time.perf_counter() - started)
+    finally:
+        if owned:
+            store.close()
+
+
+def _measure(
+    m: Model, group: str, table: Table, pairs: int, alpha: float, min_change: float
+) -> EvaluationRow:
+    cases = m.cases()
+
+    def runner(t: Table) -> Callable[[], None]:
+        def one_run() -> None:
+            with using(t):
+                for case in cases:
+                    m.run(**case)
+
+        return one_run
+
+    entries: set[int] = set()
+    for case in cases:
+        with dispatch.profile(capture=True) as p, using(table):
+            m.run(**case)
+        entries |= _entry_ids(table, p)
+    if not entries:
+        # The cache answers nothing for this model: both sides would run the same code.
+        return EvaluationRow(
+            m.name, group, "neutral", None, None, 1.0, 1.0, 1.0, 1.0, 1.0, 0, 0,
+            note="no entry applies",
+        )  # fmt: skip
+    a, b = _accept.measure(runner(Table.empty()), runner(table), pairs=pairs)
+    c = stats.compare(a, b, alpha=alpha)
+    outcome = stats.classify(c, alpha=alpha, min_change=min_change)
+    return EvaluationRow(
+        model=m.name,
+        group=group,
+        outcome=outcome,
+        heuristic_ms=_median(a) * 1e3,
+        cached_ms=_median(b) * 1e3,
+        speedup=c.speedup,
+        low=c.low,
+        high=c.high,
+        p_faster=c.p_faster,
+        p_slower=c.p_slower,
+        pairs=c.pairs,
+        entries=len(entries),
+    )
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
