@@ -1,9 +1,9 @@
 """The `tunecache` command: a thin layer of argument parsing over library calls.
 
-Every subcommand is a function of `tunecache.maintain` or `tunecache.exchange` first; this module
-parses arguments, calls it, and prints the result as rich tables or, with `--json`, as stable
-JSON (docs/cli.md gives each schema). rich is imported here only, lazily, never on the
-resolver's path.
+Every subcommand is a function of `tunecache.maintain`, `tunecache.exchange` or
+`tunecache.tune` first; this module parses arguments, calls it, and prints the result as rich
+tables or, with `--json`, as stable JSON (docs/cli.md gives each schema). rich is imported here
+only, lazily, never on the resolver's path.
 
 Every error is one line on stderr and a documented exit status, never a traceback (set
 TUNECACHE_DEBUG=1 to see one). Exit statuses: 0 success; 1 nothing matched (`inspect`), problems
@@ -670,6 +670,214 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report.healthy else EXIT_PROBLEMS
 
 
+def _load_models(spec: str) -> list[Any]:
+    """The models a MODULE:ATTR or FILE.py:ATTR spec names: a Model, a callable, or a list or
+    dict of them."""
+    import importlib
+    import importlib.util
+
+    from tunecache import tune
+
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise _UsageError(f"a model is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise BadArgumentError(f"no file {where!r}")
+            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise BadArgumentError(f"cannot import {where!r}")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules.setdefault(path.stem, module)
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as error:
+        raise BadArgumentError(f"cannot import {where!r}: {error}") from None
+    value: Any = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise BadArgumentError(f"{where!r} has no attribute {attr!r}")
+        value = getattr(value, part)
+    if isinstance(value, dict):
+        return [tune.as_model(v, name=str(k)) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [tune.as_model(v) for v in value]
+    return [tune.as_model(value, name=attr)]
+
+
+def _tune_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--share",
+        type=float,
+        default=0.01,
+        help="leave keys lighter than this fraction of a run's time alone (default 0.01)",
+    )
+    parser.add_argument(
+        "--budget", type=float, metavar="SECONDS", help="stop tuning new keys after this long"
+    )
+    parser.add_argument(
+        "--key-budget",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="the longest one key's isolated bench may take (default 1.0)",
+    )
+    parser.add_argument(
+        "--keep", type=_positive_int, default=3, help="bench survivors tried in whole runs (3)"
+    )
+    parser.add_argument(
+        "--confirmations", type=_positive_int, help="paired blocks B must win, k of k"
+    )
+    parser.add_argument("--pairs", type=_positive_int, help="paired runs per block")
+    parser.add_argument("--alpha", type=float, help="significance level of the paired test")
+    parser.add_argument(
+        "--retune", action="store_true", help="bench again keys that already have evidence"
+    )
+
+
+def _tune_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "share": args.share,
+        "budget": args.budget,
+        "key_budget": args.key_budget,
+        "keep": args.keep,
+        "confirmations": args.confirmations,
+        "pairs": args.pairs,
+        "alpha": args.alpha,
+        "retune": args.retune,
+    }
+
+
+def _change(speedup: float | None) -> str:
+    """A speedup (before over after) as the change in time a person reads: -9.1% is faster."""
+    if speedup is None or not speedup > 0:
+        return "-"
+    return f"{(1 / speedup - 1) * 100:+.1f}%"
+
+
+def _print_tune(console: Console, report: Any) -> None:
+    title = f"{report.model} (fingerprint {report.fingerprint}, {len(report.scenarios)} scenarios)"
+    table = _table(title, "key", "share", "action", "runs", "heuristic", "change", "p", "pairs")
+    for k in report.keys:
+        v = k.verdict
+        table.add_row(
+            k.key,
+            f"{k.share * 100:.1f}%",
+            k.action,
+            k.choice,
+            k.heuristic,
+            _change(v.speedup) if v else "-",
+            f"{v.p_value:.3g}" if v else "-",
+            f"{v.rounds} ({v.confirmations}/{v.needed})" if v else "-",
+        )
+    console.print(table)
+    counts = {a: report.count(a) for a in ("accepted", "validated", "masked", "rejected")}
+    console.print(
+        f"{len(report.keys)} heavy keys, {report.screened} screened out; "
+        + ", ".join(f"{n} {a}" for a, n in counts.items())
+    )
+    if report.guard is None:
+        console.print("final guard: not needed, the model uses no entry (it runs its heuristic)")
+    else:
+        g = report.guard
+        word = "kept" if g.accepted else "dropped (every entry it used is masked for it)"
+        console.print(
+            f"final guard, no table vs this table: {_change(g.speedup)} "
+            f"[{_change(g.high)}, {_change(g.low)}], p={g.p_value:.3g}, "
+            f"{g.confirmations}/{g.needed} blocks: table {word}"
+        )
+    if report.interrupted:
+        console.print("interrupted: what was accepted before is stored")
+    elif report.budget_spent:
+        console.print("the time budget ran out: some keys were skipped")
+    console.print(f"{report.seconds:.1f} s, run {report.run_id}")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Tune models on this device: profile, screen heavy keys, bench their candidates, accept
+    an entry only when the whole model gets faster (paired runs), and write it to the cache.
+    MODEL is MODULE:ATTR or FILE.py:ATTR naming a tunecache.tune.Model, a callable, or a list or
+    dict of them. Ctrl-C keeps what was accepted (exit 130)."""
+    from tunecache import tune
+
+    models = [m for spec in args.model for m in _load_models(spec)]
+    reports = []
+    with _open(args) as cache, _progress(args) as progress:
+        for model in models:
+            try:
+                report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
+            except tune.TuneInterrupted as stop:
+                reports.append(stop.report)
+                _emit_tune(args, reports)
+                raise
+            reports.append(report)
+    _emit_tune(args, reports)
+    return 0
+
+
+def _emit_tune(args: argparse.Namespace, reports: list[Any]) -> None:
+    if args.json:
+        _print_json([r.as_dict() for r in reports])
+        return
+    console = _console()
+    for report in reports:
+        _print_tune(console, report)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """The held-out protocol: tune on the --tune models, apply the shared cache as it is to the
+    --held-out models, and report every model improved / neutral / regressed against its
+    heuristic, from paired end-to-end runs."""
+    from tunecache import tune
+
+    tuned = [m for spec in args.tune for m in _load_models(spec)]
+    held = [m for spec in args.held_out for m in _load_models(spec)]
+    with _open(args) as cache, _progress(args) as progress:
+        result = tune.evaluate(
+            tuned,
+            held,
+            cache=cache,
+            pairs=args.measure_pairs,
+            alpha=args.alpha or 0.01,
+            tune_options=_tune_kwargs(args),
+            progress=progress,
+        )
+    if args.json:
+        _print_json(result.as_dict())
+        return 0
+    console = _console()
+    table = _table(
+        "held-out evaluation: the shared cache against each model's heuristic",
+        "model", "group", "heuristic ms", "cached ms", "change", "99% interval", "p", "pairs",
+        "entries", "outcome",
+    )  # fmt: skip
+    for r in result.rows:
+        p = min(r.p_faster, r.p_slower)
+        table.add_row(
+            r.model,
+            r.group,
+            _num(r.heuristic_ms),
+            _num(r.cached_ms),
+            _change(r.speedup) if r.pairs else "-",
+            f"[{_change(r.high)}, {_change(r.low)}]" if r.pairs else "-",
+            f"{p:.3g}" if r.pairs else "-",
+            str(r.pairs),
+            str(r.entries),
+            r.outcome + (f" ({r.note})" if r.note else ""),
+        )
+    console.print(table)
+    for group in ("tuned", "held-out"):
+        c = result.counts(group)
+        console.print(
+            f"{group}: {c['improved']} improved, {c['neutral']} neutral, {c['regressed']} regressed"
+        )
+    console.print(f"{result.seconds:.1f} s")
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     """Print the database path and example queries against the documented views; with a
     query, run it read-only and print its rows."""
@@ -927,6 +1135,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = _subcommand(sub, "doctor", cmd_doctor, "check the database; repair when asked")
     doctor.add_argument("--repair", action="store_true", help="repair what can be repaired")
+
+    tune_ = _subcommand(sub, "tune", cmd_tune, "tune models and keep only what makes them faster")
+    tune_.add_argument("model", nargs="+", metavar="MODEL", help="MODULE:ATTR or FILE.py:ATTR")
+    _tune_options(tune_)
+
+    evaluate = _subcommand(
+        sub, "evaluate", cmd_evaluate, "tune on some models, measure the cache on held-out ones"
+    )
+    evaluate.add_argument(
+        "--tune", action="append", required=True, metavar="MODEL", help="a model to tune on"
+    )
+    evaluate.add_argument(
+        "--held-out",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="a model the cache is applied to without tuning it",
+    )
+    evaluate.add_argument(
+        "--measure-pairs",
+        type=_positive_int,
+        default=20,
+        help="paired runs per model for the report (default 20)",
+    )
+    _tune_options(evaluate)
 
     sql = _subcommand(sub, "sql", cmd_sql, "the database path, example queries, or run one")
     sql.add_argument("query", nargs="?", metavar="QUERY", help="one read-only SQL statement")
