@@ -392,6 +392,28 @@ def test_derive_forces_entries_in_and_out_without_writing(
     assert db.read_bytes() == before
 
 
+def test_derive_mask_answers_as_a_stored_mask_does_where_exclude_lets_a_neighbour_serve(
+    store: Cache, db: Path, device: Device
+) -> None:
+    near = put(store, mm(256), "blocked")
+    far = put(store, mm(512), "naive")
+    base = table(db, device, model="bert")
+    excluded = base.derive(exclude=[near.id])
+    masked = base.derive(mask=[near.id])
+    # Excluded: the key borrows its neighbour's choice. Masked: the heuristic, as for gpt above.
+    assert excluded.resolve(mm(256), CANDS, "blas") == Answer(
+        "naive", "nearest", far.id, 1.0, mm(512)
+    )
+    assert masked.resolve(mm(256), CANDS, "blas") == Answer("blas", "masked", near.id, 0.0)
+    # A mask also stops borrowing from the entry, and wins over include.
+    assert masked.resolve(mm(200), CANDS, "blas").entry_id != near.id
+    assert base.derive(include=[near.id], mask=[near.id]).resolve(
+        mm(256), CANDS, "blas"
+    ).source == ("masked")
+    # Derived tables keep the mask.
+    assert masked.derive().resolve(mm(256), CANDS, "blas").source == "masked"
+
+
 def test_using_scopes_a_table_to_a_block_and_restores_the_outer_one(
     store: Cache, db: Path, device: Device
 ) -> None:

@@ -521,6 +521,7 @@ class Table:
         scenarios: Mapping[str, Iterable[int]] | None = None,
         include: Iterable[int] = (),
         exclude: Iterable[int] = (),
+        mask: Iterable[int] = (),
         added: Mapping[tuple[str, str], list[tuple[Key, str]]] | None = None,
     ) -> None:
         if use not in USES:
@@ -547,6 +548,7 @@ class Table:
         self._symbolic = frozenset(self.scenarios)
         self._include = frozenset(include)
         self._exclude = frozenset(exclude)
+        self._mask = frozenset(mask)
         self._added = {k: list(v) for k, v in (added or {}).items()}
         self._added_exact = {
             (key, sum_): choice for (_, sum_), items in self._added.items() for key, choice in items
@@ -638,15 +640,18 @@ class Table:
         *,
         include: Iterable[int] = (),
         exclude: Iterable[int] = (),
+        mask: Iterable[int] = (),
         add: Iterable[tuple[Key | str, Sequence[str], str]] = (),
         **options: Any,
     ) -> Table:
         """A new table over the same database with some decisions forced in or out.
 
         `include` serves these entry ids whatever their status or verdicts, `exclude` never
-        serves them, and `add` serves in-memory decisions (key, candidates, choice) that are not
-        stored at all. Acceptance runs a model with and without an entry this way, back to back.
-        Other keyword arguments (model, use, max_distance, ...) replace this table's.
+        serves them (a key may then borrow a neighbour's), `mask` treats them as masked for this
+        table's model (its key answers the heuristic, and no neighbour borrows from them: what a
+        stored `masked` verdict does), and `add` serves in-memory decisions (key, candidates,
+        choice) that are not stored at all. Acceptance runs a model with and without an entry
+        this way, back to back. Other keyword arguments (model, use, ...) replace this table's.
         """
         added = {k: list(v) for k, v in self._added.items()}
         for key, candidates, choice in add:
@@ -662,6 +667,7 @@ class Table:
             reader,
             include=self._include | frozenset(include),
             exclude=self._exclude | frozenset(exclude),
+            mask=self._mask | frozenset(mask),
             added=added,
             **{**self._options(), **options},
         )
@@ -756,6 +762,8 @@ class Table:
         """'use', 'masked' or None (not served) for an entry under this table's rules."""
         if entry_id in self._exclude:
             return None
+        if entry_id in self._mask:
+            return "masked"
         if entry_id in self._include:
             return "use"
         if masked:
