@@ -253,6 +253,8 @@ def test_set_status_keeps_the_evidence_and_verdicts_are_read_per_model(cache: Ca
     assert cache.verdicts("m") == {entry.id: "masked"}
     assert cache.verdicts("m", "v1") == {entry.id: "masked"}
     assert cache.verdicts("m", "v2") == {}
+    assert cache.verdicts_on(entry) == {"m": "masked", "other": "validated"}
+    assert cache.verdicts_on(entry.id + 100) == {}
 
 
 def test_runs_are_logged_with_their_outcome(cache: Cache) -> None:

@@ -650,6 +650,19 @@ class Cache:
             ).all()
         return {int(entry_id): str(verdict) for entry_id, verdict in rows}
 
+    def verdicts_on(self, entry: Entry | int) -> dict[str, str]:
+        """Every model's verdict on one entry of this device, by model name."""
+        entry_id = _entry_id(entry)
+        with self._read() as conn:
+            rows = conn.execute(
+                select(_M.c.name, _V.c.verdict)
+                .join(_M, _M.c.id == _V.c.model_id)
+                .join(_E, _E.c.id == _V.c.entry_id)
+                .where(_V.c.entry_id == entry_id, _E.c.device_id == self._find_device_id(conn))
+                .order_by(_V.c.updated_at)
+            ).all()
+        return {str(name): str(verdict) for name, verdict in rows}
+
     def _insert_run(
         self, conn: Connection, kind: str, notes: str | None, *, status: str = "running"
     ) -> int:

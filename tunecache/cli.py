@@ -192,6 +192,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _count_arg(text: str) -> int:
+    """A count that must be at least 1 (pairs, blocks, candidates)."""
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not at least 1")
+    return value
+
+
 def _read_input(path: str, limit: int) -> bytes:
     """The bytes of a file (or stdin for '-'), refusing more than `limit` without reading it all."""
     from tunecache.errors import CodecError
@@ -696,6 +704,12 @@ def _load_models(spec: str) -> list[Any]:
             module = importlib.import_module(where)
     except ImportError as error:
         raise BadArgumentError(f"cannot import {where!r}: {error}") from None
+    except TunecacheError:
+        raise
+    except Exception as error:  # the module's own code failed while importing
+        raise BadArgumentError(
+            f"importing {where!r} raised {type(error).__name__}: {error}".splitlines()[0]
+        ) from None
     value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
@@ -726,12 +740,10 @@ def _tune_options(parser: argparse.ArgumentParser) -> None:
         help="the longest one key's isolated bench may take (default 1.0)",
     )
     parser.add_argument(
-        "--keep", type=_positive_int, default=3, help="bench survivors tried in whole runs (3)"
+        "--keep", type=_count_arg, default=3, help="bench survivors tried in whole runs (3)"
     )
-    parser.add_argument(
-        "--confirmations", type=_positive_int, help="paired blocks B must win, k of k"
-    )
-    parser.add_argument("--pairs", type=_positive_int, help="paired runs per block")
+    parser.add_argument("--confirmations", type=_count_arg, help="paired blocks B must win, k of k")
+    parser.add_argument("--pairs", type=_count_arg, help="paired runs per block")
     parser.add_argument("--alpha", type=float, help="significance level of the paired test")
     parser.add_argument(
         "--retune", action="store_true", help="bench again keys that already have evidence"
@@ -776,7 +788,7 @@ def _print_tune(console: Console, report: Any) -> None:
     console.print(table)
     counts = {a: report.count(a) for a in ("accepted", "validated", "masked", "rejected")}
     console.print(
-        f"{len(report.keys)} heavy keys, {report.screened} screened out; "
+        f"{len({k.key for k in report.keys})} heavy keys, {report.screened} screened out; "
         + ", ".join(f"{n} {a}" for a, n in counts.items())
     )
     if report.guard is None:
@@ -841,7 +853,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             held,
             cache=cache,
             pairs=args.measure_pairs,
-            alpha=args.alpha or 0.01,
+            alpha=0.01 if args.alpha is None else args.alpha,
             tune_options=_tune_kwargs(args),
             progress=progress,
         )
@@ -1155,7 +1167,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument(
         "--measure-pairs",
-        type=_positive_int,
+        type=_count_arg,
         default=20,
         help="paired runs per model for the report (default 20)",
     )

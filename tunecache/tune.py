@@ -31,8 +31,10 @@ keeps what was accepted so far, and the session's row in `runs` says it was inte
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ from tunecache.keys import Key
 from tunecache.resolve import Table, using
 
 if TYPE_CHECKING:
-    from tunecache.cache import Cache
+    from tunecache.cache import Cache, Entry
     from tunecache.codec import TimingRecord
 
 __all__ = [
@@ -102,6 +104,11 @@ class Model:
             raise BadArgumentError("a model is named by a non-empty string")
         if not callable(self.run):
             raise BadArgumentError(f"model {self.name!r}: run is not callable")
+        if not isinstance(self.scenarios, Mapping):
+            raise BadArgumentError(
+                f"model {self.name!r}: scenarios map each symbolic dim to its sizes, "
+                f"got {type(self.scenarios).__name__}"
+            )
         checked: dict[str, tuple[int, ...]] = {}
         for dim, sizes in dict(self.scenarios).items():
             values = tuple(sizes) if isinstance(sizes, Iterable) else (sizes,)
@@ -116,6 +123,16 @@ class Model:
         object.__setattr__(self, "scenarios", checked)
         if self.fingerprint is not None and not isinstance(self.fingerprint, str):
             raise BadArgumentError(f"model {self.name!r}: a fingerprint is a string")
+        try:
+            signature = inspect.signature(self.run)
+        except (TypeError, ValueError):  # a builtin without one: its calls will tell
+            return
+        try:
+            signature.bind(**dict.fromkeys(checked, 1))
+        except TypeError as error:
+            raise BadArgumentError(
+                f"model {self.name!r}: run cannot take its scenario dims {list(checked)}: {error}"
+            ) from None
 
     def cases(self) -> list[dict[str, int]]:
         """Every scenario to run: each combination of the symbolic dims' sizes ([{}] if none)."""
@@ -259,14 +276,41 @@ class _Options:
     bench_options: Mapping[str, Any]
 
 
+def _count(what: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise BadArgumentError(f"{what} is an integer >= {least}, got {value!r}")
+
+
+def _seconds(what: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise BadArgumentError(f"{what} is a number of seconds >= 0, got {value!r}")
+
+
 def _check_options(o: _Options) -> None:
-    if not 0 <= o.share < 1:
+    """Every option checked before anything runs or is written: a bad one is one line."""
+    if isinstance(o.share, bool) or not isinstance(o.share, int | float) or not 0 <= o.share < 1:
         raise BadArgumentError(f"share is a fraction in [0, 1), got {o.share!r}")
-    if isinstance(o.keep, bool) or not isinstance(o.keep, int) or o.keep < 1:
-        raise BadArgumentError(f"keep is a positive number of candidates, got {o.keep!r}")
-    for what, value in (("budget", o.budget), ("key_budget", o.key_budget)):
-        if value is not None and (not isinstance(value, int | float) or not value >= 0):
-            raise BadArgumentError(f"{what} is a number of seconds >= 0, got {value!r}")
+    _count("keep", o.keep, 1)
+    _count("confirmations", o.confirmations, 1)
+    _count("pairs", o.pairs, 1)
+    if o.confirmations * o.pairs < 2:
+        raise BadArgumentError("acceptance needs at least 2 pairs in all (confirmations x pairs)")
+    if isinstance(o.alpha, bool) or not isinstance(o.alpha, int | float) or not 0 < o.alpha < 1:
+        raise BadArgumentError(f"alpha is a probability in (0, 1), got {o.alpha!r}")
+    _seconds("budget", o.budget)
+    _seconds("key_budget", o.key_budget)
+    if o.key_budget == 0:
+        raise BadArgumentError("key_budget is a number of seconds > 0 (None: no limit)")
+    known = set(inspect.signature(_bench.bench).parameters) - {"candidates", "budget"}
+    unknown = sorted(set(o.bench_options) - known)
+    if unknown:
+        raise BadArgumentError(f"unknown bench options {unknown}; known: {sorted(known)}")
+
+
+class _RunFailed(Exception):
+    """A whole-model run raised while the session tried a change: the change is not taken."""
 
 
 class _Session:
@@ -292,12 +336,16 @@ class _Session:
             scenarios=model.scenarios,
             max_distance=max_distance,
         )
+        #: the table the model runs with now: every decision of this session is in it, masks
+        #: as `derive(mask=...)`, which answers exactly as the stored verdict will
         self.table = self.base
         self.fingerprint = model.fingerprint or ""
         self.run_id: int | None = None
         self.outcomes: list[KeyOutcome] = []
+        self.verdicts: dict[int, str] = {}
         self.masked: list[int] = []
         self.created: list[int] = []  # entries this session made accepted
+        self.wrote = False  # whether any verdict or entry was written
         self.screened = 0
         self.guard: _accept.Verdict | None = None
         self.budget_spent = False
@@ -306,7 +354,11 @@ class _Session:
 
     # -- running the model ----------------------------------------------------------------
 
-    def runner(self, table: Table, cases: Sequence[dict[str, int]]) -> Callable[[], None]:
+    def runner(
+        self, table: Table, cases: Sequence[dict[str, int]], *, trying: bool = False
+    ) -> Callable[[], None]:
+        """One whole-model run over `cases` with `table`. While `trying` a change, an error
+        from the model is wrapped, so the session can tell it from its own mistakes."""
         run = self.model.run
 
         def one_run() -> None:
@@ -314,16 +366,20 @@ class _Session:
                 for case in cases:
                     run(**case)
 
-        return one_run
+        if not trying:
+            return one_run
 
-    def left(self) -> float | None:
-        if self.o.budget is None:
-            return None
-        return self.o.budget - (time.perf_counter() - self.started)
+        def tried() -> None:
+            try:
+                one_run()
+            except Exception as error:
+                raise _RunFailed(error) from error
+
+        return tried
 
     def out_of_time(self) -> bool:
-        left = self.left()
-        if left is not None and left <= 0:
+        """Whether the session's budget is spent; it stops new keys, never a started trial."""
+        if self.o.budget is not None and time.perf_counter() - self.started >= self.o.budget:
             self.budget_spent = True
             return True
         return False
@@ -336,6 +392,7 @@ class _Session:
 
     def profile(self) -> list[_Heavy]:
         heavy: dict[Key, _Heavy] = {}
+        light: set[Key] = set()
         seen: set[str] = set()
         for case in self.cases:
             run = self.runner(self.table, [case])
@@ -352,33 +409,21 @@ class _Session:
                 if call is None:
                     continue
                 if share < self.o.share:
-                    self.screened += 1
+                    light.add(row.key)
                     continue
                 known = heavy.get(row.key)
                 if known is None or share > known.share:
                     heavy[row.key] = _Heavy(row.key, call.op, call, case, share)
+        self.screened = len(light - set(heavy))
         if not self.fingerprint:
             # The model's structure: the keys its runs use. Its verdicts belong to this version.
             digest = sha256("\n".join(sorted(seen)).encode()).hexdigest()
             self.fingerprint = digest[:16]
         self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
+        self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
         return sorted(heavy.values(), key=lambda h: (-h.share, h.key))
 
     # -- decisions ----------------------------------------------------------------------------
-
-    def paired(
-        self, a: Table, b: Table, cases: Sequence[dict[str, int]], *, budgeted: bool = True
-    ) -> _accept.Verdict:
-        left = self.left() if budgeted else None
-        return _accept.accept(
-            self.runner(a, cases),
-            self.runner(b, cases),
-            confirmations=self.o.confirmations,
-            pairs=self.o.pairs,
-            alpha=self.o.alpha,
-            # A budget already spent still allows the pair under way: at least a tiny one.
-            budget=None if left is None else max(left, 1e-9),
-        )
 
     def trial(
         self, a: Table, b: Table, cases: Sequence[dict[str, int]]
@@ -386,48 +431,63 @@ class _Session:
         """A paired verdict, or None and the error when a run with the change raises: a
         decision that breaks the model is one it does not take (never fatal to the session)."""
         try:
-            return self.paired(a, b, cases), ""
-        except Exception as error:
-            return None, f"a run with it raised {type(error).__name__}: {error}".splitlines()[0]
+            verdict = _accept.accept(
+                self.runner(a, cases, trying=True),
+                self.runner(b, cases, trying=True),
+                confirmations=self.o.confirmations,
+                pairs=self.o.pairs,
+                alpha=self.o.alpha,
+            )
+        except _RunFailed as failed:
+            error = failed.__cause__ or failed
+            text = f"a run with it raised {type(error).__name__}: {error}"
+            return None, text.splitlines()[0]
+        return verdict, ""
 
-    def outcome(self, h: _Heavy, action: str, choice: str, **more: Any) -> None:
+    def record_verdict(
+        self, entry_id: int, verdict_name: str, verdict: _accept.Verdict | None
+    ) -> None:
+        self.cache.validate(
+            entry_id,
+            model=self.model.name,
+            fingerprint=self.fingerprint,
+            verdict=verdict_name,
+            gain=_gain(verdict),
+            rounds=verdict.rounds if verdict else 0,
+            confirmations=verdict.confirmations if verdict else 0,
+            run_id=self.run_id,
+        )
+        self.verdicts[entry_id] = verdict_name
+        self.wrote = True
+        if verdict_name == "masked":
+            if entry_id not in self.masked:
+                self.masked.append(entry_id)
+            self.table = self.table.derive(mask=[entry_id])
+
+    def outcome(self, h: _Heavy, action: str, **more: Any) -> None:
+        heuristic = h.op._pick_heuristic(h.key)
         self.outcomes.append(
             KeyOutcome(
                 key=h.key.text,
                 action=action,
                 share=h.share,
                 scenario=_case_text(h.case),
-                heuristic=h.op._pick_heuristic(h.key),
-                choice=choice,
+                heuristic=heuristic,
+                choice=self.table.resolve(h.key, h.op.candidates, heuristic).choice,
                 **more,
             )
         )
 
-    def judge(self, h: _Heavy, entry_id: int, verdicts: Mapping[int, str]) -> None:
+    def judge(self, h: _Heavy, entry_id: int) -> None:
         """Validate another model's entry that serves this heavy key (step 3)."""
-        answer = self.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key))
-        if entry_id in verdicts:
-            self.outcome(h, "known", answer.choice, entry_id=entry_id, note=verdicts[entry_id])
+        if entry_id in self.verdicts:
+            self.outcome(h, "known", entry_id=entry_id, note=self.verdicts[entry_id])
             return
-        verdict, error = self.trial(self.table.derive(exclude=[entry_id]), self.table, [h.case])
+        verdict, error = self.trial(self.table.derive(mask=[entry_id]), self.table, [h.case])
         accepted = verdict is not None and verdict.accepted
-        self.cache.validate(
-            entry_id,
-            model=self.model.name,
-            fingerprint=self.fingerprint,
-            verdict="validated" if accepted else "masked",
-            gain=_gain(verdict),
-            rounds=verdict.rounds if verdict else 0,
-            confirmations=verdict.confirmations if verdict else 0,
-            run_id=self.run_id,
-        )
-        if accepted:
-            self.outcome(h, "validated", answer.choice, entry_id=entry_id, verdict=verdict)
-        else:
-            self.masked.append(entry_id)
-            self.table = self.table.derive(exclude=[entry_id])
-            choice = self.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key)).choice
-            self.outcome(h, "masked", choice, entry_id=entry_id, verdict=verdict, note=error)
+        self.record_verdict(entry_id, "validated" if accepted else "masked", verdict)
+        action = "validated" if accepted else "masked"
+        self.outcome(h, action, entry_id=entry_id, verdict=verdict, note=error)
 
     def tune_key(self, h: _Heavy) -> None:
         """Bench one heavy key and accept its best survivor through whole-model runs (4, 5)."""
@@ -435,43 +495,42 @@ class _Session:
         heuristic = h.op._pick_heuristic(h.key)
         current = self.table.resolve(h.key, names, heuristic).choice
         stored = self.cache.get(h.key, candidates=names)
+        if stored is not None and (
+            stored.status == "accepted" or "validated" in self.cache.verdicts_on(stored).values()
+        ):
+            # Another model's decision that does not serve this one (masked for it, or not
+            # legal here): it is theirs, and this session never rewrites it.
+            self.outcome(h, "known", entry_id=stored.id, note="another model's decision")
+            return
         record: TimingRecord | None = None
-        bench_best: str | None = None
-        bench_stopped: str | None = None
+        bench_best: str | None
+        bench_stopped: str
         if stored is not None and not self.o.retune:
             record = self.cache.record(stored)
+            if record is not None and record.settings.get("complete") is False:
+                record = None  # a bench the budget cut short: measure again
         if record is None:
             result = self.bench(h)
             record = result.record
             bench_best, bench_stopped = result.best, result.stopped
             ranking = list(result.survivors(self.o.keep))
         else:
-            bench_best = stored.choice if stored is not None else None
-            bench_stopped = "stored"
             ranking = _survivors(record, self.o.keep)
+            bench_best, bench_stopped = (ranking[0] if ranking else None), "stored"
         if not ranking:
-            self.outcome(h, "failed", current, note="every candidate raised", bench_stopped="x")
+            self.outcome(h, "failed", note="every candidate raised", bench_stopped="failed")
             return
         tries = [name for name in ranking if name != current]
         if not tries:
-            # Nothing beats what runs now. Keep the evidence (rejected: never served) so the
-            # next session does not bench this key again.
+            # Nothing beats what runs now. Keep the evidence as an unvalidated entry (served
+            # only to tables that ask for everything) so the next session does not bench again.
+            entry_id = stored.id if stored is not None else None
             if stored is None or self.o.retune:
-                entry = self.cache.put(
-                    h.key,
-                    choice=ranking[0],
-                    candidates=names,
-                    heuristic=heuristic,
-                    record=record,
-                    status="rejected",
-                    run_id=self.run_id,
-                )
-                stored = entry
+                entry_id = self.put(h, ranking[0], record, "unvalidated").id
             self.outcome(
                 h,
                 "kept",
-                current,
-                entry_id=stored.id if stored else None,
+                entry_id=entry_id,
                 bench_best=bench_best,
                 bench_stopped=bench_stopped,
             )
@@ -480,7 +539,7 @@ class _Session:
         tried: list[str] = []
         errors: list[str] = []
         for name in tries:
-            if self.out_of_time():
+            if tried and self.out_of_time():
                 break
             tried.append(name)
             candidate = self.table.derive(add=[(h.key, names, name)])
@@ -488,32 +547,16 @@ class _Session:
             if error:
                 errors.append(f"{name}: {error}")
             if verdict is not None and verdict.accepted:
-                entry = self.cache.put(
-                    h.key,
-                    choice=name,
-                    candidates=names,
-                    heuristic=heuristic,
-                    record=record,
-                    speedup=_speedup(record, name, current),
-                    status="accepted",
-                    run_id=self.run_id,
-                )
-                self.cache.validate(
-                    entry,
-                    model=self.model.name,
-                    fingerprint=self.fingerprint,
-                    verdict="validated",
-                    gain=verdict.speedup,
-                    rounds=verdict.rounds,
-                    confirmations=verdict.confirmations,
-                    run_id=self.run_id,
-                )
+                # Three commits, each leaving a state that is safe to be killed in: unvalidated
+                # (served to no model), validated by this model, then accepted.
+                entry = self.put(h, name, record, "unvalidated", _speedup(record, name, current))
+                self.record_verdict(entry.id, "validated", verdict)
+                self.cache.set_status(entry, "accepted")
                 self.created.append(entry.id)
                 self.table = self.table.derive(include=[entry.id])
                 self.outcome(
                     h,
                     "accepted",
-                    name,
                     entry_id=entry.id,
                     tried=tuple(tried),
                     verdict=verdict,
@@ -521,32 +564,11 @@ class _Session:
                     bench_stopped=bench_stopped,
                 )
                 return
-        if not tried:
-            self.outcome(h, "skipped", current, note="time budget spent")
-            return
-        entry = self.cache.put(
-            h.key,
-            choice=tried[0],
-            candidates=names,
-            heuristic=heuristic,
-            record=record,
-            status="rejected",
-            run_id=self.run_id,
-        )
-        self.cache.validate(
-            entry,
-            model=self.model.name,
-            fingerprint=self.fingerprint,
-            verdict="masked",
-            gain=_gain(verdict),
-            rounds=verdict.rounds if verdict else 0,
-            confirmations=verdict.confirmations if verdict else 0,
-            run_id=self.run_id,
-        )
+        entry = self.put(h, tried[0], record, "rejected")
+        self.record_verdict(entry.id, "masked", verdict)
         self.outcome(
             h,
             "rejected",
-            current,
             entry_id=entry.id,
             tried=tuple(tried),
             verdict=verdict,
@@ -555,14 +577,32 @@ class _Session:
             note="; ".join(errors),
         )
 
+    def put(
+        self,
+        h: _Heavy,
+        choice: str,
+        record: TimingRecord,
+        status: str,
+        speedup: float | None = None,
+    ) -> Entry:
+        self.wrote = True
+        return self.cache.put(
+            h.key,
+            choice=choice,
+            candidates=h.op.candidates,
+            heuristic=h.op._pick_heuristic(h.key),
+            record=record,
+            speedup=speedup,
+            status=status,
+            run_id=self.run_id,
+        )
+
     def bench(self, h: _Heavy) -> _bench.BenchResult:
         args, kwargs = h.call.args, h.call.kwargs
         functions = {
             name: _bound(function, args, kwargs) for name, function in h.op._candidates.items()
         }
-        options = dict(self.o.bench_options)
-        options.setdefault("budget", self.o.key_budget)
-        return _bench.bench(functions, **options)
+        return _bench.bench(functions, budget=self.o.key_budget, **self.o.bench_options)
 
     # -- 6: the guard -------------------------------------------------------------------------
 
@@ -580,33 +620,33 @@ class _Session:
         self.kept = used
         if not used:
             return
+        if not self.wrote and all(self.verdicts.get(e) == "validated" for e in used):
+            # Nothing changed since a session that judged every entry served here.
+            return
         # The guard is the promise "never slower": it runs whatever the budget says.
-        verdict = self.paired(Table.empty(), self.table, self.cases, budgeted=False)
+        verdict = _accept.accept(
+            self.runner(Table.empty(), self.cases),
+            self.runner(self.table, self.cases),
+            confirmations=self.o.confirmations,
+            pairs=self.o.pairs,
+            alpha=self.o.alpha,
+        )
         self.guard = verdict
         if verdict.accepted:
             return
-        for entry_id in used:
-            self.cache.validate(
-                entry_id,
-                model=self.model.name,
-                fingerprint=self.fingerprint,
-                verdict="masked",
-                gain=_gain(verdict),
-                rounds=verdict.rounds,
-                confirmations=verdict.confirmations,
-                run_id=self.run_id,
-            )
-            if entry_id in self.created:
-                self.cache.set_status(entry_id, "rejected")
-            if entry_id not in self.masked:
-                self.masked.append(entry_id)
-        self.table = self.table.derive(exclude=used)
+        # Mask everything the model uses, then whatever a masked entry's neighbours serve in
+        # its place, until the model runs its heuristic everywhere.
+        while used:
+            for entry_id in used:
+                self.record_verdict(entry_id, "masked", verdict)
+                if entry_id in self.created:
+                    self.cache.set_status(entry_id, "rejected")
+            used = self.served()
         self.kept = []
 
     # -- the report ---------------------------------------------------------------------------
 
     def report(self, *, interrupted: bool = False) -> TuneReport:
-        kept = self.kept if self.kept is not None else []
         return TuneReport(
             model=self.model.name,
             fingerprint=self.fingerprint,
@@ -615,7 +655,7 @@ class _Session:
             keys=tuple(self.outcomes),
             screened=self.screened,
             guard=self.guard,
-            kept=tuple(kept),
+            kept=tuple(self.kept if self.kept is not None else ()),
             masked=tuple(self.masked),
             seconds=time.perf_counter() - self.started,
             interrupted=interrupted,
@@ -651,10 +691,17 @@ def _gain(verdict: _accept.Verdict | None) -> float | None:
 
 
 def _survivors(record: TimingRecord, keep: int) -> list[str]:
-    """The fastest few candidates of a stored record, as a fresh bench would rank them."""
+    """The fastest few candidates of a stored record, as `BenchResult.survivors` ranks them:
+    not pruned, no error, within the bench's drop ratio of the best."""
     ran = [c for c in record.candidates if c.error is None and not c.pruned and c.samples]
-    ran.sort(key=lambda c: c.median or math.inf)
-    return [c.name for c in ran[:keep]]
+    medians = {c.name: statistics.median(c.samples) for c in ran}
+    ranked = sorted(medians, key=lambda name: medians[name])
+    if not ranked:
+        return []
+    ratio = record.settings.get("drop_ratio")
+    within = float(ratio) if isinstance(ratio, int | float) and ratio >= 1 else 1.5
+    best = medians[ranked[0]]
+    return [name for name in ranked if medians[name] <= best * within][:keep]
 
 
 def _speedup(record: TimingRecord, choice: str, current: str) -> float | None:
@@ -678,6 +725,10 @@ def _open_cache(cache: Cache | None, open_options: Mapping[str, Any]) -> tuple[C
         return cache, False
     from tunecache.cache import Cache
 
+    known = set(inspect.signature(Cache.open).parameters)
+    unknown = sorted(set(open_options) - known)
+    if unknown:
+        raise BadArgumentError(f"unknown options {unknown}")
     return Cache.open(**open_options), True
 
 
@@ -711,21 +762,18 @@ def _session(
 
 def _steps(s: _Session, *, tune_keys: bool) -> None:
     heavy = s.profile()
-    verdicts = s.cache.verdicts(s.model.name, s.fingerprint)
     what = f"{'tuning' if tune_keys else 'validating'} {s.model.name}"
     for done, h in enumerate(heavy):
         s.tell(what, done, len(heavy))
-        heuristic = h.op._pick_heuristic(h.key)
         if s.out_of_time():
-            current = s.table.resolve(h.key, h.op.candidates, heuristic).choice
-            s.outcome(h, "skipped", current, note="time budget spent")
+            s.outcome(h, "skipped", note="time budget spent")
             continue
-        answer = s.table.resolve(h.key, h.op.candidates, heuristic)
+        answer = s.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key))
         if answer.source == "masked":
-            s.outcome(h, "known", heuristic, entry_id=answer.entry_id, note="masked")
+            s.outcome(h, "known", entry_id=answer.entry_id, note="masked")
             continue
         if answer.entry_id is not None:
-            s.judge(h, answer.entry_id, verdicts)
+            s.judge(h, answer.entry_id)
             if answer.source == "exact" or not tune_keys:
                 continue
         if tune_keys:
@@ -777,6 +825,38 @@ def tune(
     return _session(model, cache, open_options, options, progress, max_distance, tune_keys=True)
 
 
+#: the options `evaluate` passes on to `tune` (tune_options=...)
+TUNE_OPTIONS = (
+    "share",
+    "keep",
+    "confirmations",
+    "pairs",
+    "alpha",
+    "key_budget",
+    "budget",
+    "retune",
+    "bench_options",
+)
+
+
+def _check_tune_options(options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - set(TUNE_OPTIONS))
+    if unknown:
+        raise BadArgumentError(f"unknown tune options {unknown}; known: {list(TUNE_OPTIONS)}")
+    o = {"share": 0.01, "keep": 3, "key_budget": 1.0, "budget": None, "retune": False, **options}
+    _check_options(
+        _Options(
+            o["share"],
+            o["keep"],
+            *_accept_options(o.get("confirmations"), o.get("pairs"), o.get("alpha")),
+            o["key_budget"],
+            o["budget"],
+            o["retune"],
+            dict(o.get("bench_options") or {}),
+        )
+    )
+
+
 def validate(
     model: Model | Callable[..., object],
     *,
@@ -806,8 +886,6 @@ def validate(
 def _accept_options(
     confirmations: int | None, pairs: int | None, alpha: float | None
 ) -> tuple[int, int, float]:
-    import inspect
-
     defaults = {
         name: p.default
         for name, p in inspect.signature(_accept.accept).parameters.items()
@@ -891,6 +969,16 @@ def evaluate(
     not validated first: the report says what reuse gives before any model-specific judgement.
     """
     started = time.perf_counter()
+    _count("pairs", pairs, 2)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise BadArgumentError(f"alpha is a probability in (0, 1), got {alpha!r}")
+    # The smallest one-sided p-value n pairs can give is 2**-n.
+    least = math.ceil(math.log2(1 / alpha))
+    if pairs < least:
+        raise BadArgumentError(
+            f"{pairs} pairs can never reach alpha {alpha:g}: measure at least {least}"
+        )
+    _check_tune_options(tune_options or {})
     tuning = [as_model(m) for m in tuned]
     others = [as_model(m) for m in held_out]
     names = [m.name for m in tuning + others]
