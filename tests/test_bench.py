@@ -108,11 +108,33 @@ def test_calibration_never_grows_the_loop_more_than_tenfold_a_step() -> None:
     assert result.record.candidates[0].inner_loops == 6000
 
 
-def test_warmup_calls_come_first_and_untimed() -> None:
+def test_warmup_calls_come_first_and_only_the_probe_is_timed() -> None:
     clock = Clock()
-    bench({"a": clock.op("a", [50])}, warmup=2, sample_time=10.0, budget=None, clock=clock)
-    # The start-of-bench read, then two untimed calls, then the first timed region.
-    assert clock.events[:5] == ["clock", "a", "a", "clock", "a"]
+    result = bench(
+        {"a": clock.op("a", [70, 50])}, warmup=2, sample_time=10.0, budget=None, clock=clock
+    )
+    # The start-of-bench read, the probe (the first warm-up call, timed), the second warm-up
+    # call untimed, then the first sample: the probe already lasted sample_time, so no
+    # calibration call is needed.
+    assert clock.events[:8] == ["clock", "clock", "a", "clock", "a", "clock", "a", "clock"]
+    # The cold probe (70) is not a sample.
+    assert set(samples(result, "a")) == {50.0}
+
+
+def test_every_candidate_is_probed_before_any_is_warmed_up_or_calibrated() -> None:
+    clock = Clock()
+    bench(
+        {"a": clock.op("a", [1]), "b": clock.op("b", [1])},
+        warmup=2,
+        sample_time=4.0,
+        max_samples=3,
+        budget=None,
+        clock=clock,
+    )
+    # Probes a, b; then a's second warm-up call and one calibration batch of 5 calls (grown
+    # from the probe's 1), then b's.
+    assert clock.calls()[:2] == ["a", "b"]
+    assert clock.calls()[2:14] == ["a"] * 6 + ["b"] * 6
 
 
 def test_candidates_are_interleaved_round_robin() -> None:
@@ -123,7 +145,8 @@ def test_candidates_are_interleaved_round_robin() -> None:
         {name: clock.op(name, noisy, cycle=True) for name in ("a", "b", "c")},
         max_samples=5,
     )
-    # One calibration batch each, then one sample per candidate per round.
+    # One probe each (already past sample_time: no calibration), then one sample per candidate
+    # per round.
     assert clock.calls() == ["a", "b", "c"] + ["a", "b", "c"] * 5
     assert result.stopped == "max_samples"
     assert result.record.settings["rounds"] == 5
@@ -179,7 +202,7 @@ def test_a_candidate_beyond_drop_ratio_is_pruned_after_min_samples() -> None:
 
 
 def test_drop_ratio_is_configurable() -> None:
-    noisy = [100, 140]  # a's calibration takes the 100: its samples are 140, 100, 140, ...
+    noisy = [100, 140]  # a's probe takes the 100: its samples are 140, 100, 140, ...
     clock = Clock()
     candidates = {"a": clock.op("a", noisy, cycle=True), "b": clock.op("b", [250])}
     kept = run(clock, candidates, max_samples=4, drop_ratio=2.5)
@@ -292,7 +315,7 @@ def test_budget_stops_sampling_and_decides_from_what_was_measured() -> None:
         budget=1000.0,
     )
     assert result.stopped == "budget"
-    # Two calibration batches (200), then samples of ~100-140 until 1000 is reached.
+    # Two probes (200), then samples of ~100-140 until 1000 is reached.
     assert 1000.0 <= result.elapsed < 1000.0 + 140
     assert all(len(c.samples) >= 1 for c in result.record.candidates)
     rounds = result.record.settings["rounds"]
@@ -300,17 +323,18 @@ def test_budget_stops_sampling_and_decides_from_what_was_measured() -> None:
     assert result.best is not None
 
 
-def test_budget_spent_in_calibration_keeps_the_calibration_batch_as_a_sample() -> None:
+def test_budget_spent_in_the_probe_pass_keeps_the_probes_as_samples() -> None:
     clock = Clock()
     result = run(
         clock,
         {"a": clock.op("a", [100]), "b": clock.op("b", [90]), "c": clock.op("c", [10])},
-        budget=150.0,
+        budget=50.0,
     )
     assert result.stopped == "budget"
     assert samples(result, "a") == (100.0,)
     assert samples(result, "b") == (90.0,)
-    # c never ran: no samples, no error, no rank.
+    # a (100) + b (90) pass budget + the longest probe (50 + 100): c is cut off before its
+    # probe, so it has no samples, no error, no rank.
     assert samples(result, "c") == ()
     assert result.record.candidate("c").error is None
     assert result.ranking == ("b", "a")
@@ -321,22 +345,161 @@ def test_budget_spent_in_calibration_keeps_the_calibration_batch_as_a_sample() -
 def test_budget_counts_warmup_and_calibration() -> None:
     clock = Clock()
     result = bench(
-        {"a": clock.op("a", [40]), "b": clock.op("b", [40])},
+        {"a": clock.op("a", [40]), "b": clock.op("b", [30])},
         sample_time=100.0,
         warmup=3,
         budget=100.0,
         clock=clock,
     )
-    # a's 3 warm-up calls and first calibration batch spend the budget: b is never touched.
-    assert "b" not in clock.calls()
+    # Both probes (70), then a's second warm-up call spends the budget: a's third warm-up call,
+    # all calibration and b's warm-up never run. Each keeps its probe as its one sample.
+    assert clock.calls() == ["a", "b", "a"]
+    assert result.elapsed == 110.0
     assert result.stopped == "budget"
+    assert samples(result, "a") == (40.0,)
+    assert samples(result, "b") == (30.0,)
+    assert result.best == "b"
+    assert result.complete is False
+
+
+def test_a_slow_candidate_cannot_spend_the_budget_before_a_fast_one_is_seen() -> None:
+    # Fake units of 0.1 ms: slow takes 5 s a call, fast 0.1 ms; the budget is 1 s.
+    clock = Clock()
+    result = bench(
+        {"slow": clock.op("slow", [50_000]), "fast": clock.op("fast", [1])},
+        sample_time=20.0,
+        budget=10_000.0,
+        clock=clock,
+    )
+    assert result.best == "fast"
+    assert samples(result, "slow") == (50_000.0,)  # its probe, its one fallback sample
+    assert samples(result, "fast") == (1.0,)
+    assert result.ranking == ("fast", "slow")
+    assert result.stopped == "budget"
+    # The documented bound: budget + the longest probe + the last probe.
+    assert clock.calls() == ["slow", "fast"]
+    assert result.elapsed == 50_001.0 < 10_000 + 50_000 + 1
+    assert result.complete is False
+    assert result.record.settings["complete"] is False
+
+
+def test_the_probe_pass_stops_past_budget_plus_the_longest_probe() -> None:
+    clock = Clock()
+    result = run(
+        clock,
+        {
+            "a": clock.op("a", [300]),
+            "b": clock.op("b", [250]),
+            "c": clock.op("c", [200]),
+            "d": clock.op("d", [10]),
+        },
+        budget=100.0,
+    )
+    # a starts at 0 (< 100); b at 300 (< 100 + 300); c at 550 (>= 400): c and d are cut off.
+    assert clock.calls() == ["a", "b"]
+    assert result.elapsed == 550.0 < 100 + 300 + 250
+    for name in ("c", "d"):
+        assert samples(result, name) == ()
+        assert result.record.candidate(name).error is None
+        assert name not in result.medians
+    assert result.ranking == ("b", "a")
+    assert result.best == "b"
+    assert result.complete is False
+
+
+def test_after_the_probe_pass_the_budget_is_overrun_by_at_most_one_step() -> None:
+    clock = Clock()
+    result = bench(
+        {"a": clock.op("a", [3]), "b": clock.op("b", [5])},
+        sample_time=30.0,
+        budget=200.0,
+        clock=clock,
+    )
+    # Every step after the probes is one call or one batch of at most 2 x 30 (steady times).
+    assert result.stopped == "budget"
+    assert 200.0 <= result.elapsed < 200.0 + 2 * 30.0
     assert result.best == "a"
+
+
+def test_a_candidate_calibrated_but_never_sampled_keeps_its_last_batch_not_its_probe() -> None:
+    clock = Clock()
+    result = bench(
+        # a's probe is cold (10, slower than b); warm, a call takes 1.
+        {"a": clock.op("a", [10, 1]), "b": clock.op("b", [5])},
+        sample_time=20.0,
+        warmup=1,
+        budget=30.0,
+        clock=clock,
+    )
+    # Probes: a 10, b 5 (15). a's calibration: 3 calls (18), then 24 (42): spent.
+    assert clock.calls() == ["a", "b"] + ["a"] * 27
+    assert result.stopped == "budget"
+    assert samples(result, "a") == (1.0,)  # the warm batch, not the cold probe
+    assert result.record.candidate("a").inner_loops == 24
+    assert samples(result, "b") == (5.0,)  # never calibrated: its probe
+    assert result.best == "a"
+
+
+def test_complete_when_every_candidate_has_min_samples_or_a_rule_decided() -> None:
+    clock = Clock()
+    converged = run(clock, {"a": clock.op("a", [100]), "b": clock.op("b", [200])})
+    assert converged.stopped == "converged"
+    assert converged.complete is True
+    assert converged.record.settings["complete"] is True
+    assert codec.decode(codec.encode(converged.record)).settings["complete"] is True
+
+    # The budget ends sampling after min_samples rounds: the evidence is still complete.
+    clock = Clock()
+    late = run(
+        clock,
+        {"a": clock.op("a", [100, 140], cycle=True), "b": clock.op("b", [140, 100], cycle=True)},
+        budget=900.0,
+    )
+    assert late.stopped == "budget"
+    assert [len(c.samples) for c in late.record.candidates] == [3, 3]
+    assert late.complete is True
+    assert late.record.settings["complete"] is True
+
+    # ... but not before min_samples rounds.
+    clock = Clock()
+    early = run(
+        clock,
+        {"a": clock.op("a", [100, 140], cycle=True), "b": clock.op("b", [140, 100], cycle=True)},
+        budget=500.0,
+    )
+    assert early.stopped == "budget"
+    assert early.complete is False
+    assert early.record.settings["complete"] is False
+
+    # A candidate that raised does not make the record incomplete.
+    clock = Clock()
+    failed = run(clock, {"a": clock.op("a", [100]), "bad": clock.op("bad", [1], fail_at=1)})
+    assert failed.complete is True
+
+
+def test_the_bound_rule_ignores_a_candidate_that_just_raised() -> None:
+    clock = Clock()
+    result = run(
+        clock,
+        {
+            # Under the bound's limit (100) but raises on its second sample (call 3).
+            "flaky": clock.op("flaky", [50], fail_at=3),
+            "a": clock.op("a", [120, 140], cycle=True),
+            "b": clock.op("b", [140, 120], cycle=True),
+        },
+        lower_bound=80.0,
+        max_samples=4,
+    )
+    assert result.errors["flaky"].startswith("ValueError: flaky failed")
+    assert samples(result, "flaky") == (50.0,)
+    assert result.stopped == "max_samples"
+    assert result.best in ("a", "b")
 
 
 # --- failures --------------------------------------------------------------------------------
 
 
-def test_a_candidate_raising_in_calibration_is_recorded_and_skipped() -> None:
+def test_a_candidate_raising_in_its_probe_is_recorded_and_skipped() -> None:
     clock = Clock()
     result = run(
         clock,
@@ -356,7 +519,7 @@ def test_a_candidate_raising_mid_sampling_keeps_its_samples_but_loses_its_rank()
     result = run(
         clock,
         {
-            "flaky": clock.op("flaky", [50], fail_at=4),  # calibration, 2 samples, then raises
+            "flaky": clock.op("flaky", [50], fail_at=4),  # probe, 2 samples, then raises
             "a": clock.op("a", [100, 140], cycle=True),
             "b": clock.op("b", [140, 100], cycle=True),
         },
@@ -409,7 +572,7 @@ def test_sync_is_called_right_before_every_clock_read_of_a_timed_region() -> Non
     assert timed_reads
     assert all(events[i - 1] == "sync" for i in timed_reads)
     assert events.count("sync") == len(timed_reads)
-    regions = sum(len(c.samples) for c in result.record.candidates) + 2  # + 1 calibration each
+    regions = sum(len(c.samples) for c in result.record.candidates) + 2  # + 1 probe each
     assert len(timed_reads) == 2 * regions
     assert result.record.settings["sync"] is True
 

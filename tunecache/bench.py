@@ -3,11 +3,17 @@
 Fixed-sample benching (Triton's `do_bench`: 25 ms of warm-up and 100 ms of repetitions for every
 candidate) spends most of its time confirming what a few samples already showed. `bench` instead:
 
-1. warms each candidate up and calibrates its inner loop so one sample lasts about `sample_time`,
-   far above the clock's resolution;
-2. takes samples round-robin, one per candidate per round, so a slow drift of the machine (another
+1. probes every candidate first: one timed call each, in declaration order, before any is
+   calibrated, so a slow candidate cannot spend the budget before the others were seen at all.
+   The probe is also the first of the `warmup` calls. A first call is typically cold (caches,
+   lazy initialisation, first-touch pages), so a probe time is pessimistic;
+2. finishes each candidate's warm-up (`warmup` - 1 untimed calls) and calibrates its inner loop,
+   starting from the probe's time, so one sample lasts about `sample_time`, far above the
+   clock's resolution (a candidate whose probe already lasted `sample_time` needs no more
+   calibration calls);
+3. takes samples round-robin, one per candidate per round, so a slow drift of the machine (another
    process, a clock change) hits every candidate alike instead of whichever ran last;
-3. stops as early as the evidence allows, for one of these reasons (`BenchResult.stopped`):
+4. stops as early as the evidence allows, for one of these reasons (`BenchResult.stopped`):
 
    - ``"converged"``: after `min_samples` rounds the leader (lowest median) is settled against
      every remaining rival: the leader's high quantile is at most (1 + INDIFFERENCE) times the
@@ -19,11 +25,29 @@ candidate) spends most of its time confirming what a few samples already showed.
    - ``"bound"``: a candidate's median over at least 2 samples reached `lower_bound` /
      `bound_threshold`: nothing can be much faster, so further measurement cannot pay off.
    - ``"budget"``: the clock budget for this key is spent; the decision rests on what was
-     measured (a candidate cut off before its first sample keeps its last calibration batch).
+     measured. A candidate cut off before its first sample keeps one fallback sample: its last
+     calibration batch, or its (cold, pessimistic) probe if calibration never started. A
+     candidate cut off before its probe has no samples and no error, and takes no part.
    - ``"max_samples"``: every remaining candidate has `max_samples` samples.
    - ``"single"``: only one candidate could be measured (one was given or the others raised);
      it still gets `min_samples` samples, because the record is evidence.
    - ``"failed"``: every candidate raised, so there is no best.
+
+The budget is checked before every step: a probe, an untimed warm-up call, a calibration batch,
+a sample. A step under way is never interrupted (clock reads inside a timed region would distort
+it), so the budget can be overrun, by exactly this much at most:
+
+- in the probe pass a probe still starts while elapsed < budget + the longest probe so far, so
+  one candidate whose first call alone outlasts the budget cannot hide those declared after it;
+  the probe pass therefore ends before budget + the longest probe + the last probe, which is at
+  most budget + 2 x the slowest single call of any candidate;
+- after the probe pass, a step starts only while elapsed < budget, so the overrun is at most one
+  step: one warm-up call of one candidate, or one batch of its `inner_loops` calls (which
+  calibration sizes to about `sample_time`, under 2 x `sample_time` while timings are steady).
+
+That is: elapsed < budget + max(longest probe + last probe, longest later step), plus the
+bench's own bookkeeping between clock reads. `BenchResult.complete` (and the record's
+``settings["complete"]``) says whether the budget cut the evidence short.
 
 Between rounds, once every candidate has `min_samples` samples, a candidate whose median is more
 than `drop_ratio` times the leader's is dropped (pruned), as cubecl's autotuner does.
@@ -42,7 +66,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
@@ -67,6 +91,8 @@ INDIFFERENCE = 0.05
 
 #: why `bench` stopped sampling
 Stopped = Literal["converged", "bound", "budget", "max_samples", "single", "failed"]
+# Stopping rules that decide on purpose: whatever they leave unmeasured was not needed.
+_DECIDED: frozenset[str] = frozenset({"converged", "bound", "single", "max_samples"})
 
 # Calibration grows the inner loop at most this much per step, so one noisy, short first batch
 # cannot make the next batch run for a thousand times too long.
@@ -95,6 +121,21 @@ class BenchResult:
     stopped: Stopped
     #: seconds of the injected clock spent in `bench`, calibration and warm-up included
     elapsed: float
+
+    @property
+    def complete(self) -> bool:
+        """False when the budget cut the evidence short: some candidate that did not raise has
+        fewer than min_samples samples, was not pruned, and no stopping rule had decided.
+
+        A tuner should treat an incomplete record as a hint, not as a measured ranking: its
+        short candidates may rest on one cold probe, or on nothing at all.
+        """
+        minimum = self.record.settings.get("min_samples")
+        return _is_complete(
+            self.stopped,
+            ((c.error is not None, c.pruned, len(c.samples)) for c in self.record.candidates),
+            minimum if isinstance(minimum, int) else 1,
+        )
 
     def survivors(self, keep: int = 3, within: float | None = None) -> tuple[str, ...]:
         """The best `keep` candidates not pruned and without error, fastest first, each within
@@ -150,14 +191,16 @@ def bench(
         clock,
     )
     run = _Run(candidates, sample_time, warmup, budget, sync, clock)
+    run.probe_all()
     for name in candidates:
         if run.spent():
             break
-        run.calibrate(name)
+        if name in run.probes:
+            run.calibrate(name)
     stopped, rounds = _sample(
         run, min_samples, max_samples, drop_ratio, lower_bound, bound_threshold
     )
-    run.fill_from_calibration()
+    run.fill_fallbacks()
     elapsed = max(0.0, clock() - run.start)
     settings: dict[str, codec.Scalar] = {
         "min_samples": min_samples,
@@ -174,6 +217,7 @@ def bench(
         "stopped": stopped,
         "rounds": rounds,
         "elapsed": elapsed,
+        "complete": run.complete(stopped, min_samples),
     }
     return run.result(stopped, elapsed, settings)
 
@@ -203,7 +247,8 @@ def _sample(
             if run.spent():
                 return "budget", rounds + int(took)
             took = run.sample(name) or took
-            if limit is not None and run.reached(name, limit):
+            # Only a candidate still active may stop the bench: one that just raised is out.
+            if limit is not None and name in run.active and run.reached(name, limit):
                 return "bound", rounds + 1
         rounds += 1
         if not run.active:
@@ -239,6 +284,9 @@ class _Run:
         self.clock = clock
         self.loops: dict[str, int] = {}
         self.samples: dict[str, list[float]] = {name: [] for name in candidates}
+        #: seconds of each candidate's first, timed call (cold: a pessimistic fallback)
+        self.probes: dict[str, float] = {}
+        #: seconds per call of each calibrated candidate's last calibration batch
         self.spare: dict[str, float] = {}
         self.errors: dict[str, str] = {}
         self.pruned: list[str] = []
@@ -262,26 +310,62 @@ class _Run:
             sync()
         return max(0.0, clock() - t0)
 
-    def calibrate(self, name: str) -> None:
-        """Warm a candidate up and find how many calls make one sample last sample_time."""
-        fn = self.fns[name]
+    def probe_all(self) -> None:
+        """Time one call of every candidate, in declaration order, before calibrating any.
+
+        A probe still starts while elapsed < budget + the longest probe so far: a candidate
+        whose single call outlasts the whole budget must not hide the ones declared after it,
+        and this keeps the pass's overrun to that probe plus one more.
+        """
+        grace = 0.0
+        for name in self.order:
+            if self.budget is not None and self.clock() - self.start >= self.budget + grace:
+                break
+            grace = max(grace, self.probe(name))
+
+    def probe(self, name: str) -> float:
+        """Time a candidate's first call; return the seconds it took, even if it raised."""
+        sync, clock = self.sync, self.clock
+        if sync is not None:
+            sync()
+        t0 = clock()
         try:
-            for _ in range(self.warmup):
+            self.fns[name]()
+            if sync is not None:
+                sync()
+        except Exception as e:
+            self.errors[name] = _error_text(e)
+            return max(0.0, clock() - t0)
+        took = max(0.0, clock() - t0)
+        self.probes[name] = took
+        return took
+
+    def calibrate(self, name: str) -> None:
+        """Finish a probed candidate's warm-up, then find how many calls make one sample last
+        sample_time, starting from the probe's time. A candidate the budget cuts off before its
+        first calibration batch stays out of sampling and falls back on its probe."""
+        fn = self.fns[name]
+        took, loops, batches = self.probes[name], 1, 0
+        try:
+            for _ in range(self.warmup - 1):  # the probe was the first warm-up call
+                if self.spent():
+                    return
                 fn()
-            loops = 1
-            while True:
-                took = self.timed(fn, loops)
-                if took >= self.sample_time or loops >= _MAX_LOOPS or self.spent():
+            while took < self.sample_time and loops < _MAX_LOOPS:
+                if self.spent():
+                    if batches == 0:
+                        return
                     break
-                # Aim a little past the target so the next batch usually ends calibration.
-                grow = 1.2 * self.sample_time / took if took > 0 else _MAX_GROWTH
-                loops = min(_MAX_LOOPS, math.ceil(loops * min(_MAX_GROWTH, max(2.0, grow))))
+                loops = _next_loops(loops, took, self.sample_time)
+                took = self.timed(fn, loops)
+                batches += 1
         except Exception as e:
             self.errors[name] = _error_text(e)
             return
         self.loops[name] = loops
-        # The last batch is a real measurement at the final loop count: kept only as the
-        # fallback sample for a candidate the budget cuts off before its first round.
+        # The last batch (or the probe, if it already lasted sample_time) is a real measurement
+        # at the final loop count: kept only as the fallback sample for a candidate the budget
+        # cuts off before its first round.
         self.spare[name] = took / loops
         self.active.append(name)
 
@@ -327,11 +411,28 @@ class _Run:
             if name != leader
         )
 
-    def fill_from_calibration(self) -> None:
-        """Give a calibrated candidate the budget cut off before any sample its spare sample."""
-        for name in self.active:
-            if not self.samples[name]:
+    def fill_fallbacks(self) -> None:
+        """Give a candidate the budget cut off before any sample one fallback sample: its last
+        calibration batch if it was calibrated, else its probe; the best is then decided on
+        every candidate that was at least probed."""
+        for name in self.order:
+            if self.samples[name] or name in self.errors:
+                continue
+            if name in self.spare:
                 self.samples[name].append(self.spare[name])
+            elif name in self.probes:
+                self.samples[name].append(self.probes[name])
+
+    def complete(self, stopped: Stopped, min_samples: int) -> bool:
+        """Whether the evidence is complete (see BenchResult.complete)."""
+        return _is_complete(
+            stopped,
+            (
+                (name in self.errors, name in self.pruned, len(self.samples[name]))
+                for name in self.order
+            ),
+            min_samples,
+        )
 
     def result(
         self, stopped: Stopped, elapsed: float, settings: dict[str, codec.Scalar]
@@ -371,6 +472,23 @@ class _Run:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _next_loops(loops: int, took: float, sample_time: float) -> int:
+    """The next calibration batch's loop count, after `loops` calls took `took` seconds."""
+    # Aim a little past the target so the next batch usually ends calibration.
+    grow = 1.2 * sample_time / took if took > 0 else _MAX_GROWTH
+    return min(_MAX_LOOPS, math.ceil(loops * min(_MAX_GROWTH, max(2.0, grow))))
+
+
+def _is_complete(
+    stopped: str, candidates: Iterable[tuple[bool, bool, int]], min_samples: int
+) -> bool:
+    """True if a stopping rule decided, or every candidate that did not raise has min_samples
+    samples or was pruned; `candidates` gives (raised, pruned, samples) for each."""
+    if stopped in _DECIDED:
+        return True
+    return all(raised or pruned or n >= min_samples for raised, pruned, n in candidates)
 
 
 def _quantiles(samples: list[float]) -> tuple[float, float]:
