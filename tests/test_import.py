@@ -31,3 +31,11 @@ def test_the_store_loads_on_first_use() -> None:
     loaded = _modules_after("import tunecache\ntunecache.Cache")
     assert "sqlalchemy" in loaded
     assert "alembic" not in loaded  # only creating or upgrading a database needs it
+
+
+def test_the_tuning_modules_are_attributes_loaded_on_first_use() -> None:
+    assert "tunecache.tune" not in _modules_after("import tunecache")
+    loaded = _modules_after("import tunecache\ntunecache.tune.Model\ntunecache.stats.compare")
+    assert {"tunecache.tune", "tunecache.bench", "tunecache.accept", "tunecache.stats"} <= loaded
+    # Tuning needs no store until it opens one: the resolver stays light.
+    assert "sqlalchemy" not in loaded

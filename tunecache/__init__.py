@@ -93,6 +93,10 @@ _LAZY = {
 }
 
 
+#: submodules reachable as attributes of the package without importing them first
+_SUBMODULES = frozenset({"accept", "bench", "stats", "tune"})
+
+
 def __getattr__(name: str) -> Any:
     # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only; the
     # resolver's load sqlite3, which a program that never consults a cache need not pay for.
@@ -103,4 +107,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        # `tunecache.tune.Model(...)` after a plain `import tunecache`, as with numpy.linalg.
+        import importlib
+
+        return importlib.import_module(f"tunecache.{name}")
     raise AttributeError(f"module 'tunecache' has no attribute {name!r}")
