@@ -16,17 +16,21 @@ One tuning session, for each scenario of the model (each set of sizes of its sym
    `validated` or `masked` for itself. Its mask stops the entry applying to it only.
 4. **Bench** each remaining heavy key's candidates in isolation on the captured arguments
    (`bench.bench`); this only prunes them to a few. An entry already stored for the key and
-   candidate list lends its timing record instead, so a key is never benched twice.
+   candidate list lends its timing record instead, so a key is not benched again (unless the
+   budget cut that bench short, or `retune`). Another model's decision is never rewritten.
 5. **Accept** through whole-model runs: the scenario with the current table (A) against the
-   table plus the candidate entry (B), in interleaved pairs; the first survivor B wins with is
-   written as accepted, with this model's `validated` verdict. If none wins, the best is kept as
-   a `rejected` entry: the evidence stays, the decision is never served.
+   table plus the candidate entry (B), in pairs of random order; the first survivor B wins with
+   is written as accepted, with this model's `validated` verdict. If none wins, the best is kept
+   as a `rejected` entry: the evidence stays, the decision is never served. Where nothing beats
+   what runs now, the evidence is kept as an `unvalidated` entry choosing what runs now.
 6. **Guard.** The finished table must beat no table at all over every scenario, end to end;
    otherwise every entry the model uses is masked for it (and this session's own entries are
    rejected), so its runs fall back to the heuristic.
 
 Every write is its own transaction, made as soon as a decision is reached: Ctrl-C (or a crash)
-keeps what was accepted so far, and the session's row in `runs` says it was interrupted.
+keeps what was accepted so far, and the session's row in `runs` says it was interrupted. The
+session's `budget` stops new keys and new survivors, never a trial already started (a trial cut
+short would read as "no", and a "no" is remembered). docs/tuning.md says it at length.
 """
 
 from __future__ import annotations
