@@ -191,6 +191,15 @@ def test_the_final_guard_drops_a_table_that_does_not_beat_no_table(cache: Cache)
     assert cache.get(TOTAL, candidates=TOTAL_NAMES).status == "accepted"  # type: ignore[union-attr]
 
 
+def test_progress_is_reported_key_by_key_to_the_end(cache: Cache) -> None:
+    seen: list[tuple[str, int, int]] = []
+    report = tune.tune(tm.ENCODER, cache=cache, share=0.0, progress=lambda *a: seen.append(a))
+    total = len({k.key for k in report.keys})
+    assert seen[0] == ("tuning encoder", 0, total)
+    assert seen[-1] == ("tuning encoder", total, total)
+    assert [done for _, done, _ in seen] == sorted(done for _, done, _ in seen)
+
+
 def test_budget_spent_skips_keys_and_writes_no_entry(cache: Cache) -> None:
     report = tune.tune(tm.ENCODER, cache=cache, budget=0)
 
