@@ -257,6 +257,28 @@ def test_set_status_keeps_the_evidence_and_verdicts_are_read_per_model(cache: Ca
     assert cache.verdicts_on(entry.id + 100) == {}
 
 
+def test_a_changed_choice_drops_the_verdicts_on_the_old_one(cache: Cache) -> None:
+    entry = cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES, status="rejected")
+    cache.validate(entry, model="m", fingerprint="f", verdict="masked")
+    # The same choice again (new evidence, new status): the verdicts stand.
+    cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES, status="rejected")
+    assert cache.verdicts_on(entry) == {"m": "masked"}
+    # Another choice: m judged the old one, not this.
+    other = next(n for n in NAMES if n != "mmm_8x8")
+    again = cache.put(RFC_TEXT, choice=other, candidates=NAMES, status="accepted")
+    assert again.id == entry.id and cache.verdicts_on(entry) == {}
+
+
+def test_run_notes_are_replaced_and_found(cache: Cache) -> None:
+    with cache.run("tune", notes="model m") as run_id:
+        cache.note(run_id, "model m: guard passed over entries 1")
+        assert cache.runs_noted("model m: guard passed over entries 1") == []  # still running
+    assert cache.runs_noted("model m: guard passed over entries 1") == [run_id]
+    assert cache.runs_noted("model m") == []
+    with pytest.raises(BadRecordError):
+        cache.note(run_id + 100, "x")
+
+
 def test_runs_are_logged_with_their_outcome(cache: Cache) -> None:
     with cache.run("tune", notes="first") as run_id:
         cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES, run_id=run_id)

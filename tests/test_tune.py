@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from tunecache.cache import Cache
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError
 from tunecache.keys import make_key
-from tunecache.resolve import Table, using
+from tunecache.resolve import Table, _current, using
 
 NORM = make_key("ttrownorm_F64", [("m", 600), ("n", 48)])
 TOTAL = make_key("tttotal_F64", [("n", 20_000)])
@@ -376,6 +377,105 @@ def test_the_budget_stops_new_keys_but_never_cuts_a_started_trial(cache: Cache) 
     assert outcome.action == "accepted"
     assert outcome.verdict is not None and outcome.verdict.rounds == 24
     assert "budget" not in outcome.verdict.reason
+
+
+def _sleeper(name: str, seconds: float, *, inside_raises: bool = False) -> Any:
+    def candidate(n: int) -> None:
+        if inside_raises and _current.get() is not None:
+            raise RuntimeError(f"{name} cannot run inside the model")
+        time.sleep(seconds)
+
+    return candidate
+
+
+def test_a_budget_that_stops_short_of_an_answer_remembers_no_no(cache: Cache) -> None:
+    # "tricky" is fastest alone but raises inside the model; "fast" works. A budget spent
+    # after tricky's trial leaves fast untried: no verdict may be kept, and the next session
+    # takes the key up again and accepts fast.
+    op = tunecache.Tunable(
+        "ttbudget_F64",
+        dims=("n",),
+        shape=lambda n: (n,),
+        candidates={
+            "base": _sleeper("base", 0.01),
+            "tricky": _sleeper("tricky", 0.002, inside_raises=True),
+            "fast": _sleeper("fast", 0.0025),
+        },
+        heuristic="base",
+        register=False,
+    )
+    model = tune.Model("budgeted", lambda: op(1))
+
+    first = tune.tune(model, cache=cache, budget=0.06, key_budget=0.05)
+
+    (outcome,) = first.keys
+    assert outcome.action == "skipped"
+    assert cache.verdicts("budgeted") == {}
+    second = tune.tune(model, cache=cache)
+    (outcome,) = second.keys
+    assert outcome.action == "accepted" and outcome.choice == "fast"
+    assert outcome.tried == ("tricky", "fast") and "cannot run inside" in outcome.note
+
+
+def test_a_choice_that_breaks_another_scenario_is_masked_by_the_guard(cache: Cache) -> None:
+    # "fast" needs m divisible by 8. It wins at m=600; m=620, in another scenario, is too light
+    # to be judged on its own (under share=0.1) and borrows it as its nearest shape, where it
+    # raises. The guard
+    # runs every scenario: the table raises, so everything it served is masked, and the
+    # session ends normally with the model on its heuristic.
+    def fast(x: np.ndarray) -> np.ndarray:
+        if x.shape[0] % 8:
+            raise ValueError("fast needs m % 8 == 0")
+        return tm._vectorized(x)
+
+    op = tunecache.Tunable(
+        "ttmod8_F64",
+        dims=("m",),
+        shape=lambda x: (x.shape[0],),
+        candidates={"base": tm.loop._candidates["loop"], "fast": fast},
+        heuristic="base",
+        register=False,
+    )
+    data = {600: tm.X, 620: np.vstack([tm.X, tm.X[:20]])}
+
+    def run(s: int) -> None:
+        op(data[s])
+        if s == 620:
+            time.sleep(0.2)  # other work: the op is 1-3% of this scenario
+
+    model = tune.Model("mod8", run, scenarios={"s": (600, 620)})
+
+    report = tune.tune(model, cache=cache, share=0.1)
+
+    assert [k.action for k in report.keys] == ["accepted"]
+    assert report.guard_error.startswith("ValueError: fast needs m % 8 == 0")
+    entry_id = report.keys[0].entry_id
+    assert entry_id is not None and report.masked == (entry_id,) and report.kept == ()
+    entry = cache.get(op.key(data[600]), candidates=op.candidates)
+    assert entry is not None and entry.status == "rejected"
+    assert cache.verdicts("mod8") == {entry_id: "masked"}
+    tune.tune(model, cache=cache, share=0.1)  # and the next session runs
+    table = Table.open(path=cache.path, device=cache.device, model="mod8")
+    assert table.resolve(op.key(data[620]), op.candidates, "base").choice == "base"
+
+
+def test_the_guard_is_skipped_only_over_a_table_a_finished_guard_passed(cache: Cache) -> None:
+    def stop_before_the_guard(what: str, done: int, total: int) -> None:
+        if done == total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(tune.TuneInterrupted) as stop:
+        tune.tune(tm.SCORER, cache=cache, progress=stop_before_the_guard)
+    assert stop.value.report.guard is None and not stop.value.report.guard_skipped
+
+    # The entry is accepted and validated, but no guard ever passed over it: this session
+    # writes nothing, and still runs the guard.
+    second = tune.tune(tm.SCORER, cache=cache)
+    assert [k.action for k in second.keys] == ["known"]
+    assert second.guard is not None and second.guard.accepted and not second.guard_skipped
+    # Now one has: the next session over the same table skips it, and says so.
+    third = tune.tune(tm.SCORER, cache=cache)
+    assert third.guard is None and third.guard_skipped and third.kept == second.kept
 
 
 @pytest.mark.parametrize(

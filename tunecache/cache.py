@@ -347,8 +347,10 @@ class Cache:
     ) -> Entry:
         """Store the decision for `key` against this candidate list, with its evidence.
 
-        Writing the same key and list again replaces the decision and its timing record. Every
-        argument is checked before the transaction starts: a bad one raises and writes nothing.
+        Writing the same key and list again replaces the decision and its timing record; if the
+        choice changes, the models' verdicts on the old decision go with it (they judged another
+        choice). Every argument is checked before the transaction starts: a bad one raises and
+        writes nothing.
         """
         key = _as_key(key)
         names = candidate_names(candidates)
@@ -385,13 +387,16 @@ class Cache:
                 "run_id": run_id,
                 "updated_at": now,
             }
-            entry_id = conn.execute(
-                select(_E.c.id).where(
+            found = conn.execute(
+                select(_E.c.id, _E.c.choice).where(
                     _E.c.device_id == device_id,
                     _E.c.key_id == key_id,
                     _E.c.candidate_set_id == set_id,
                 )
-            ).scalar()
+            ).first()
+            entry_id = None if found is None else found.id
+            if found is not None and found.choice != choice:
+                conn.execute(delete(_V).where(_V.c.entry_id == entry_id))
             if entry_id is None:
                 entry_id = _insert(
                     conn,
@@ -684,6 +689,25 @@ class Cache:
             finished_at=None if status == "running" else now,
             notes=notes,
         )
+
+    def note(self, run_id: int, notes: str) -> None:
+        """Replace a run's notes: what the session found, written once it knows."""
+        if not isinstance(notes, str):
+            raise BadRecordError(f"notes are a string, got {type(notes).__name__}")
+        with self._write() as conn:
+            _check_run(conn, run_id)
+            conn.execute(update(_R).where(_R.c.id == run_id).values(notes=notes))
+
+    def runs_noted(self, notes: str, *, status: str = "finished") -> list[int]:
+        """Ids of this device's runs in `status` whose notes are exactly `notes`, oldest first."""
+        with self._read() as conn:
+            device_id = self._find_device_id(conn)
+            rows = conn.execute(
+                select(_R.c.id)
+                .where(_R.c.device_id == device_id, _R.c.status == status, _R.c.notes == notes)
+                .order_by(_R.c.id)
+            ).all()
+        return [int(row.id) for row in rows]
 
     @contextlib.contextmanager
     def run(self, kind: str, notes: str | None = None) -> Iterator[int]:

@@ -694,12 +694,18 @@ def _load_models(spec: str) -> list[Any]:
             path = Path(where)
             if not path.is_file():
                 raise BadArgumentError(f"no file {where!r}")
-            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+            # A name of its own, so a file called like an installed module shadows nothing.
+            name = f"_tunecache_models_{abs(hash(str(path.resolve())))}"
+            loader_spec = importlib.util.spec_from_file_location(name, path)
             if loader_spec is None or loader_spec.loader is None:
                 raise BadArgumentError(f"cannot import {where!r}")
             module = importlib.util.module_from_spec(loader_spec)
-            sys.modules.setdefault(path.stem, module)
-            loader_spec.loader.exec_module(module)
+            sys.modules[name] = module  # dataclasses and pickling look the module up
+            try:
+                loader_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
         else:
             module = importlib.import_module(where)
     except ImportError as error:
@@ -791,7 +797,14 @@ def _print_tune(console: Console, report: Any) -> None:
         f"{len({k.key for k in report.keys})} heavy keys, {report.screened} screened out; "
         + ", ".join(f"{n} {a}" for a, n in counts.items())
     )
-    if report.guard is None:
+    if report.guard_error:
+        console.print(
+            f"final guard: a run with this table raised {report.guard_error}; "
+            "every entry it used is masked for the model"
+        )
+    elif report.guard_skipped:
+        console.print("final guard: passed in an earlier session over this same table")
+    elif report.guard is None:
         console.print("final guard: not needed, the model uses no entry (it runs its heuristic)")
     else:
         g = report.guard

@@ -216,7 +216,9 @@ class TuneReport:
     keys: tuple[KeyOutcome, ...]
     #: heavy keys of all scenarios, and keys screened out as too light to confirm
     screened: int
-    #: the finished table against no table, end to end; None when the model uses no entry
+    #: the finished table against no table, end to end; None when the model uses no entry,
+    #: when an earlier session's guard passed over this very table (`guard_skipped`), or when a
+    #: run with the table raised (`guard_error`)
     guard: _accept.Verdict | None
     #: entries this model uses after the session, and entries masked for it in the session
     kept: tuple[int, ...]
@@ -224,6 +226,8 @@ class TuneReport:
     seconds: float
     interrupted: bool = False
     budget_spent: bool = False
+    guard_skipped: bool = False
+    guard_error: str = ""
 
     def count(self, action: str) -> int:
         return sum(1 for k in self.keys if k.action == action)
@@ -237,6 +241,8 @@ class TuneReport:
             "keys": [k.as_dict() for k in self.keys],
             "screened": self.screened,
             "guard": None if self.guard is None else self.guard.as_dict(),
+            "guard_skipped": self.guard_skipped,
+            "guard_error": self.guard_error,
             "kept": list(self.kept),
             "masked": list(self.masked),
             "seconds": self.seconds,
@@ -307,14 +313,38 @@ def _check_options(o: _Options) -> None:
     _seconds("key_budget", o.key_budget)
     if o.key_budget == 0:
         raise BadArgumentError("key_budget is a number of seconds > 0 (None: no limit)")
-    known = set(inspect.signature(_bench.bench).parameters) - {"candidates", "budget"}
-    unknown = sorted(set(o.bench_options) - known)
+    unknown = sorted(set(o.bench_options) - set(_BENCH_DEFAULTS))
     if unknown:
-        raise BadArgumentError(f"unknown bench options {unknown}; known: {sorted(known)}")
+        raise BadArgumentError(f"unknown bench options {unknown}; known: {sorted(_BENCH_DEFAULTS)}")
+    # The values too, by the bench's own rules, before anything runs.
+    _bench._check_options(
+        {"probe": _nothing}, budget=o.key_budget, **{**_BENCH_DEFAULTS, **o.bench_options}
+    )
+
+
+#: what `bench_options` may set, with the defaults: every option of `bench.bench` but the key's
+#: budget (which is `key_budget`)
+_BENCH_DEFAULTS: dict[str, Any] = {
+    name: p.default
+    for name, p in inspect.signature(_bench.bench).parameters.items()
+    if name not in ("candidates", "budget")
+}
+
+
+def _nothing() -> None:
+    return None
 
 
 class _RunFailed(Exception):
-    """A whole-model run raised while the session tried a change: the change is not taken."""
+    """A whole-model run raised while the session compared two tables (side "A" or "B")."""
+
+    def __init__(self, side: str, error: Exception) -> None:
+        super().__init__(side, error)
+        self.side = side
+        self.error = error
+
+    def text(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}".splitlines()[0]
 
 
 class _Session:
@@ -352,6 +382,8 @@ class _Session:
         self.wrote = False  # whether any verdict or entry was written
         self.screened = 0
         self.guard: _accept.Verdict | None = None
+        self.guard_skipped = False
+        self.guard_error = ""
         self.budget_spent = False
         self.kept: list[int] | None = None
         self.cases = model.cases()
@@ -359,10 +391,11 @@ class _Session:
     # -- running the model ----------------------------------------------------------------
 
     def runner(
-        self, table: Table, cases: Sequence[dict[str, int]], *, trying: bool = False
+        self, table: Table, cases: Sequence[dict[str, int]], *, side: str = ""
     ) -> Callable[[], None]:
-        """One whole-model run over `cases` with `table`. While `trying` a change, an error
-        from the model is wrapped, so the session can tell it from its own mistakes."""
+        """One whole-model run over `cases` with `table`. With a `side` ("A", "B"), an error
+        from the model is wrapped and tagged, so the session can tell which table broke it
+        from its own mistakes."""
         run = self.model.run
 
         def one_run() -> None:
@@ -370,14 +403,14 @@ class _Session:
                 for case in cases:
                     run(**case)
 
-        if not trying:
+        if not side:
             return one_run
 
         def tried() -> None:
             try:
                 one_run()
             except Exception as error:
-                raise _RunFailed(error) from error
+                raise _RunFailed(side, error) from error
 
         return tried
 
@@ -431,22 +464,20 @@ class _Session:
 
     def trial(
         self, a: Table, b: Table, cases: Sequence[dict[str, int]]
-    ) -> tuple[_accept.Verdict | None, str]:
-        """A paired verdict, or None and the error when a run with the change raises: a
-        decision that breaks the model is one it does not take (never fatal to the session)."""
+    ) -> tuple[_accept.Verdict | None, _RunFailed | None]:
+        """A paired verdict, or None and the failure when a run raises: a change that breaks
+        the model (side B) is one it does not take, never fatal to the session."""
         try:
             verdict = _accept.accept(
-                self.runner(a, cases, trying=True),
-                self.runner(b, cases, trying=True),
+                self.runner(a, cases, side="A"),
+                self.runner(b, cases, side="B"),
                 confirmations=self.o.confirmations,
                 pairs=self.o.pairs,
                 alpha=self.o.alpha,
             )
         except _RunFailed as failed:
-            error = failed.__cause__ or failed
-            text = f"a run with it raised {type(error).__name__}: {error}"
-            return None, text.splitlines()[0]
-        return verdict, ""
+            return None, failed
+        return verdict, None
 
     def record_verdict(
         self, entry_id: int, verdict_name: str, verdict: _accept.Verdict | None
@@ -487,11 +518,17 @@ class _Session:
         if entry_id in self.verdicts:
             self.outcome(h, "known", entry_id=entry_id, note=self.verdicts[entry_id])
             return
-        verdict, error = self.trial(self.table.derive(mask=[entry_id]), self.table, [h.case])
+        verdict, failed = self.trial(self.table.derive(mask=[entry_id]), self.table, [h.case])
+        if failed is not None and failed.side == "A":
+            # The model breaks without the entry: that is no verdict on the entry.
+            note = f"the model raised without this entry: {failed.text()}"
+            self.outcome(h, "failed", entry_id=entry_id, note=note)
+            return
         accepted = verdict is not None and verdict.accepted
         self.record_verdict(entry_id, "validated" if accepted else "masked", verdict)
         action = "validated" if accepted else "masked"
-        self.outcome(h, action, entry_id=entry_id, verdict=verdict, note=error)
+        note = f"a run with it raised {failed.text()}" if failed else ""
+        self.outcome(h, action, entry_id=entry_id, verdict=verdict, note=note)
 
     def tune_key(self, h: _Heavy) -> None:
         """Bench one heavy key and accept its best survivor through whole-model runs (4, 5)."""
@@ -509,27 +546,37 @@ class _Session:
         record: TimingRecord | None = None
         bench_best: str | None
         bench_stopped: str
+        complete = True
+        fresh = False
         if stored is not None and not self.o.retune:
             record = self.cache.record(stored)
             if record is not None and record.settings.get("complete") is False:
                 record = None  # a bench the budget cut short: measure again
         if record is None:
             result = self.bench(h)
-            record = result.record
+            record, fresh, complete = result.record, True, result.complete
             bench_best, bench_stopped = result.best, result.stopped
             ranking = list(result.survivors(self.o.keep))
+            if not ranking:
+                note = (
+                    "every candidate raised"
+                    if result.errors
+                    else "the key budget ran out before any candidate ran"
+                )
+                self.outcome(h, "failed", note=note, bench_stopped=bench_stopped)
+                return
         else:
             ranking = _survivors(record, self.o.keep)
             bench_best, bench_stopped = (ranking[0] if ranking else None), "stored"
-        if not ranking:
-            self.outcome(h, "failed", note="every candidate raised", bench_stopped="failed")
-            return
+            if not ranking:
+                self.outcome(h, "failed", note="every candidate raised", bench_stopped="stored")
+                return
         tries = [name for name in ranking if name != current]
         if not tries:
             # Nothing beats what runs now. Keep the evidence as an unvalidated entry (served
             # only to tables that ask for everything) so the next session does not bench again.
             entry_id = stored.id if stored is not None else None
-            if stored is None or self.o.retune:
+            if stored is None or self.o.retune or (fresh and stored.status == "unvalidated"):
                 entry_id = self.put(h, ranking[0], record, "unvalidated").id
             self.outcome(
                 h,
@@ -539,7 +586,7 @@ class _Session:
                 bench_stopped=bench_stopped,
             )
             return
-        verdict: _accept.Verdict | None = None
+        first: _accept.Verdict | None = None
         tried: list[str] = []
         errors: list[str] = []
         for name in tries:
@@ -547,9 +594,16 @@ class _Session:
                 break
             tried.append(name)
             candidate = self.table.derive(add=[(h.key, names, name)])
-            verdict, error = self.trial(self.table, candidate, [h.case])
-            if error:
-                errors.append(f"{name}: {error}")
+            verdict, failed = self.trial(self.table, candidate, [h.case])
+            if failed is not None and failed.side == "A":
+                # The model breaks with what it runs now, in this scenario: not this key's doing.
+                note = f"the model raised with the current table: {failed.text()}"
+                self.outcome(h, "failed", note=note, tried=tuple(tried))
+                return
+            if failed is not None:
+                errors.append(f"{name}: a run with it raised {failed.text()}")
+            if len(tried) == 1:
+                first = verdict
             if verdict is not None and verdict.accepted:
                 # Three commits, each leaving a state that is safe to be killed in: unvalidated
                 # (served to no model), validated by this model, then accepted.
@@ -566,20 +620,27 @@ class _Session:
                     verdict=verdict,
                     bench_best=bench_best,
                     bench_stopped=bench_stopped,
+                    note="; ".join(errors),
                 )
                 return
-        entry = self.put(h, tried[0], record, "rejected")
-        self.record_verdict(entry.id, "masked", verdict)
-        self.outcome(
-            h,
-            "rejected",
-            entry_id=entry.id,
-            tried=tuple(tried),
-            verdict=verdict,
-            bench_best=bench_best,
-            bench_stopped=bench_stopped,
-            note="; ".join(errors),
+        more = dict(
+            tried=tuple(tried), verdict=first, bench_best=bench_best, bench_stopped=bench_stopped
         )
+        untried = [name for name in tries if name not in tried]
+        if untried or not complete:
+            # The budget stopped short of an answer: keep the evidence, remember no "no", so
+            # the next session takes the key up again.
+            entry = self.put(h, tried[0], record, "unvalidated")
+            why = (
+                f"the time budget ran out before {untried} were tried"
+                if untried
+                else "the bench was cut short, so a candidate may be unmeasured"
+            )
+            self.outcome(h, "skipped", entry_id=entry.id, note="; ".join([why, *errors]), **more)
+            return
+        entry = self.put(h, tried[0], record, "rejected")
+        self.record_verdict(entry.id, "masked", first)
+        self.outcome(h, "rejected", entry_id=entry.id, note="; ".join(errors), **more)
 
     def put(
         self,
@@ -610,43 +671,67 @@ class _Session:
 
     # -- 6: the guard -------------------------------------------------------------------------
 
-    def served(self) -> list[int]:
-        """Entries the current table serves to this model's runs (one profiled pass each)."""
+    def served(self) -> tuple[list[int], _RunFailed | None]:
+        """Entries the current table serves to this model's runs (one profiled pass of each
+        scenario), and the failure if a run with the table raised (the entries met until then
+        are in the list)."""
         ids: set[int] = set()
         for case in self.cases:
+            failed = None
             with dispatch.profile(capture=True) as p:
-                self.runner(self.table, [case])()
+                try:
+                    self.runner(self.table, [case], side="B")()
+                except _RunFailed as error:
+                    failed = error
             ids.update(_entry_ids(self.table, p))
-        return sorted(ids)
+            if failed is not None:
+                return sorted(ids), failed
+        return sorted(ids), None
+
+    def guard_note(self, used: Sequence[int]) -> str:
+        """The run note a passing guard leaves: the model, its version and the table it saw."""
+        entries = ",".join(str(i) for i in used)
+        return f"model {self.model.name} ({self.fingerprint}): guard passed over entries {entries}"
 
     def final_guard(self) -> None:
-        used = self.served()
+        used, failed = self.served()
         self.kept = used
         if not used:
+            if failed is not None:
+                raise failed.error  # the model fails with its heuristic: its own bug
             return
-        if not self.wrote and all(self.verdicts.get(e) == "validated" for e in used):
-            # Nothing changed since a session that judged every entry served here.
+        note = self.guard_note(used)
+        if failed is None and not self.wrote and self.cache.runs_noted(note):
+            # A finished session's guard passed over exactly this table, and nothing changed.
+            self.guard_skipped = True
+            self.cache.note(self._run(), note)
             return
-        # The guard is the promise "never slower": it runs whatever the budget says.
-        verdict = _accept.accept(
-            self.runner(Table.empty(), self.cases),
-            self.runner(self.table, self.cases),
-            confirmations=self.o.confirmations,
-            pairs=self.o.pairs,
-            alpha=self.o.alpha,
-        )
-        self.guard = verdict
-        if verdict.accepted:
-            return
+        if failed is None:
+            # The guard is the promise "never slower": it runs whatever the budget says.
+            verdict, failed = self.trial(Table.empty(), self.table, self.cases)
+            self.guard = verdict
+            if verdict is not None and verdict.accepted:
+                self.cache.note(self._run(), note)
+                return
+        if failed is not None:
+            self.guard_error = failed.text()
+            if failed.side == "A":
+                raise failed.error  # the model fails with no table at all: its own bug
         # Mask everything the model uses, then whatever a masked entry's neighbours serve in
         # its place, until the model runs its heuristic everywhere.
         while used:
             for entry_id in used:
-                self.record_verdict(entry_id, "masked", verdict)
+                self.record_verdict(entry_id, "masked", self.guard)
                 if entry_id in self.created:
                     self.cache.set_status(entry_id, "rejected")
-            used = self.served()
+            used, failed = self.served()
+        if failed is not None:
+            raise failed.error
         self.kept = []
+
+    def _run(self) -> int:
+        assert self.run_id is not None, "a session writes inside its run"
+        return self.run_id
 
     # -- the report ---------------------------------------------------------------------------
 
@@ -659,6 +744,8 @@ class _Session:
             keys=tuple(self.outcomes),
             screened=self.screened,
             guard=self.guard,
+            guard_skipped=self.guard_skipped,
+            guard_error=self.guard_error,
             kept=tuple(self.kept if self.kept is not None else ()),
             masked=tuple(self.masked),
             seconds=time.perf_counter() - self.started,
