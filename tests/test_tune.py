@@ -192,6 +192,43 @@ def test_the_final_guard_drops_a_table_that_does_not_beat_no_table(cache: Cache)
     assert cache.get(TOTAL, candidates=TOTAL_NAMES).status == "accepted"  # type: ignore[union-attr]
 
 
+def test_a_declared_bound_stops_the_bench_and_sync_brackets_every_timing(cache: Cache) -> None:
+    # A bound no candidate can miss (1 s a call): the bench stops as soon as one candidate has
+    # two samples. The model's sync hook is called around every timed run and sample.
+    op = tunecache.Tunable(
+        "ttbound_F64",
+        dims=("m", "n"),
+        shape=lambda x: x.shape,
+        candidates={"loop": tm.loop._candidates["loop"], "vectorized": tm._vectorized},
+        heuristic="loop",
+        bound=lambda m, n: 1.0,
+        register=False,
+    )
+    syncs = []
+    model = tune.Model("bounded", lambda: op(tm.X), sync=lambda: syncs.append(1))
+
+    report = tune.tune(model, cache=cache)
+
+    (outcome,) = report.keys
+    assert outcome.bench_stopped == "bound" and outcome.action == "accepted"
+    record = cache.record(outcome.entry_id)  # type: ignore[arg-type]
+    assert record is not None and record.settings["lower_bound"] == 1.0
+    assert record.settings["sync"] is True
+    assert outcome.verdict is not None
+    # Two reads of the clock per timed run, each after a sync; the bench syncs too.
+    assert len(syncs) >= 2 * (len(outcome.verdict.a) + len(outcome.verdict.b))
+    with pytest.raises(BadArgumentError, match="bound"):
+        tunecache.Tunable(
+            "ttbadbound",
+            dims=("n",),
+            shape=len,
+            candidates={"a": len},
+            heuristic="a",
+            bound=3,  # type: ignore[arg-type]
+            register=False,
+        )
+
+
 def test_progress_is_reported_key_by_key_to_the_end(cache: Cache) -> None:
     seen: list[tuple[str, int, int]] = []
     report = tune.tune(tm.ENCODER, cache=cache, share=0.0, progress=lambda *a: seen.append(a))

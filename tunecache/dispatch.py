@@ -57,6 +57,7 @@ class Tunable(Generic[P, R]):
         candidates: Mapping[str, Callable[P, R]],
         heuristic: str | Callable[..., str],
         facts: Callable[P, tuple[str, ...]] | None = None,
+        bound: Callable[..., float] | None = None,
         register: bool = True,
     ) -> None:
         """Declare a tunable op.
@@ -64,7 +65,9 @@ class Tunable(Generic[P, R]):
         `dims` names the sizes `shape(*args, **kwargs)` returns, in order. `facts`, if given,
         returns extra signature tokens from the arguments (a dtype, a layout: "F32", "aconst"),
         appended to `signature`. `heuristic` is the runtime's own pick: a candidate name, or a
-        function of the dim values that returns one.
+        function of the dim values that returns one. `bound`, a function of the dim values,
+        gives a time in seconds no candidate can beat (a roofline estimate: work over peak
+        rate); the tuner's bench stops once a candidate comes close to it.
         """
         # make_key checks the signature and the dim names once, here, not on every call.
         try:
@@ -77,6 +80,9 @@ class Tunable(Generic[P, R]):
         self.dims = tuple(dims)
         self._shape = shape
         self._facts = facts
+        if bound is not None and not callable(bound):
+            raise BadArgumentError(f"tunable {signature!r}: bound is a function of the dims")
+        self._bound = bound
         self._heuristic = heuristic
         self._candidates: dict[str, Callable[P, R]] = {}
         self._token = object()
@@ -175,6 +181,15 @@ class Tunable(Generic[P, R]):
             raise BadArgumentError(f"{self.signature}: the heuristic picked unknown {name!r}")
         return name
 
+    def lower_bound(self, key: Key) -> float | None:
+        """The declared lower bound on one call at this key's dims, in seconds, or None."""
+        if self._bound is None:
+            return None
+        value = self._bound(*(v for _, v in key.dims))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise BadArgumentError(f"{self.signature}: bound gave {value!r}, not seconds > 0")
+        return float(value)
+
     def resolve(self, *args: P.args, **kwargs: P.kwargs) -> _resolve.Answer:
         """What the current table answers for a call with these arguments (no call is made)."""
         key = self.key(*args, **kwargs)
@@ -210,6 +225,7 @@ def tunable(
     candidates: Mapping[str, Callable[P, R]] | None = None,
     heuristic: str | Callable[..., str] | None = None,
     facts: Callable[P, tuple[str, ...]] | None = None,
+    bound: Callable[..., float] | None = None,
 ) -> Callable[[Callable[P, R]], Tunable[P, R]]:
     """Decorator: the decorated function becomes a candidate named after it, and the heuristic's
     pick unless `heuristic` says otherwise; `candidates` adds the others."""
@@ -223,6 +239,7 @@ def tunable(
             candidates={name: function, **(candidates or {})},
             heuristic=name if heuristic is None else heuristic,
             facts=facts,
+            bound=bound,
         )
 
     return decorate

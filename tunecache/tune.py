@@ -102,6 +102,9 @@ class Model:
     run: Callable[..., object]
     scenarios: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     fingerprint: str | None = None
+    #: waits for queued device work (GPU: torch.cuda.synchronize), so runs and benches are
+    #: timed to their end; None for a model that runs synchronously
+    sync: Callable[[], object] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -127,6 +130,8 @@ class Model:
         object.__setattr__(self, "scenarios", checked)
         if self.fingerprint is not None and not isinstance(self.fingerprint, str):
             raise BadArgumentError(f"model {self.name!r}: a fingerprint is a string")
+        if self.sync is not None and not callable(self.sync):
+            raise BadArgumentError(f"model {self.name!r}: sync is not callable")
         try:
             signature = inspect.signature(self.run)
         except (TypeError, ValueError):  # a builtin without one: its calls will tell
@@ -474,6 +479,7 @@ class _Session:
                 confirmations=self.o.confirmations,
                 pairs=self.o.pairs,
                 alpha=self.o.alpha,
+                sync=self.model.sync,
             )
         except _RunFailed as failed:
             return None, failed
@@ -667,7 +673,11 @@ class _Session:
         functions = {
             name: _bound(function, args, kwargs) for name, function in h.op._candidates.items()
         }
-        return _bench.bench(functions, budget=self.o.key_budget, **self.o.bench_options)
+        options = {"sync": self.model.sync, **self.o.bench_options}
+        bound = h.op.lower_bound(h.key)
+        if bound is not None:
+            options.setdefault("lower_bound", bound)
+        return _bench.bench(functions, budget=self.o.key_budget, **options)
 
     # -- 6: the guard -------------------------------------------------------------------------
 
@@ -1134,7 +1144,7 @@ def _measure(
             m.name, group, "neutral", None, None, 1.0, 1.0, 1.0, 1.0, 1.0, 0, 0,
             note="no entry applies",
         )  # fmt: skip
-    a, b = _accept.measure(runner(Table.empty()), runner(table), pairs=pairs)
+    a, b = _accept.measure(runner(Table.empty()), runner(table), pairs=pairs, sync=m.sync)
     c = stats.compare(a, b, alpha=alpha)
     outcome = stats.classify(c, alpha=alpha, min_change=min_change)
     return EvaluationRow(
