@@ -30,6 +30,7 @@ from tunecache.errors import (
     ReadOnlyStoreError,
     SchemaTooNewError,
     StoreError,
+    TunecacheError,
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
@@ -39,7 +40,7 @@ from tunecache.store.engine import (
     busy_errors,
     check_timeout,
     make_engine,
-    read_connection,
+    transaction,
 )
 from tunecache.store.models import (
     CANDIDATE_SETS,
@@ -265,15 +266,14 @@ class Cache:
         if self.readonly_reason is not None:
             raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
         health.warn_wal_defects()
-        with busy_errors(self.path, self.busy_timeout), self._engine.begin() as conn:
+        with busy_errors(self.path, self.busy_timeout), transaction(self._engine) as conn:
             yield conn
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
         with (
             busy_errors(self.path, self.busy_timeout),
-            read_connection(self._engine) as conn,
-            conn.begin(),
+            transaction(self._engine, read=True) as conn,
         ):
             yield conn
 
@@ -591,10 +591,17 @@ class Cache:
         rounds: int = 0,
         confirmations: int = 0,
         run_id: int | None = None,
+        status: str | None = None,
     ) -> None:
-        """Record a model's verdict on an entry of this device, replacing its earlier one."""
+        """Record a model's verdict on an entry of this device, replacing its earlier one.
+
+        `status`, if given, sets the entry's status in the same transaction: a verdict that
+        decides whether the entry may be served at all never lands without it.
+        """
         if verdict not in VERDICTS:
             raise BadRecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+        if status is not None and status not in ENTRY_STATUSES:
+            raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
         if not isinstance(model, str) or not model or not isinstance(fingerprint, str):
             raise BadRecordError("a model needs a non-empty name and a fingerprint string")
         gain = _positive(gain, "gain")
@@ -636,6 +643,10 @@ class Cache:
                     insert(_V).values(
                         model_id=model_id, entry_id=entry_id, created_at=now, **values
                     )
+                )
+            if status is not None:
+                conn.execute(
+                    update(_E).where(_E.c.id == entry_id).values(status=status, updated_at=now)
                 )
 
     def verdicts(self, model: str, fingerprint: str | None = None) -> dict[int, str]:
@@ -726,10 +737,19 @@ class Cache:
             status = "interrupted"
             raise
         finally:
-            with self._write() as conn:
-                conn.execute(
-                    update(_R).where(_R.c.id == run_id).values(status=status, finished_at=utcnow())
-                )
+            try:
+                with self._write() as conn:
+                    conn.execute(
+                        update(_R)
+                        .where(_R.c.id == run_id)
+                        .values(status=status, finished_at=utcnow())
+                    )
+            except TunecacheError:
+                # Closing the log must not hide why the session ended: after Ctrl-C or a
+                # failure, the row stays "running" (doctor marks it failed) and the original
+                # exception goes on. Only a session that finished reports the error.
+                if status == "finished":
+                    raise
 
 
 def open_cache(**kwargs: Any) -> Cache:

@@ -34,6 +34,7 @@ __all__ = [
     "is_busy",
     "make_engine",
     "read_connection",
+    "transaction",
 ]
 
 #: seconds a writer waits for the lock before StoreBusyError
@@ -43,9 +44,16 @@ MAX_BUSY_TIMEOUT = 86400.0
 
 _READ_OPTION = "tunecache_read"
 _LOCK_INFO = "tunecache_write_lock"
+# The write-queue lock each connection holds, by connection: the pool record's info (where the
+# hooks keep it too) is cleared when an interrupt invalidates the connection, and a lock lost
+# that way would block every later writer of this process until the deadline.
+_held: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 # Descriptors of write locks this process holds now (see _WriteQueue).
 _held_locks: set[int] = set()
+# The write-queue descriptors each thread holds or waits on: an interrupt can land between
+# taking the lock and recording which connection took it, and must still let go of it.
+_thread_locks: dict[int, set[int]] = {}
 
 
 def _forget_parent_connections() -> None:
@@ -145,6 +153,7 @@ class _WriteQueue:
             return -1
         # Registered before the wait: a child forked meanwhile must close its copy too.
         _held_locks.add(fd)
+        _thread_locks.setdefault(threading.get_ident(), set()).add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -182,8 +191,10 @@ class _WriteQueue:
     @staticmethod
     def release(fd: int) -> None:
         """Drop the lock held by `fd`."""
-        if fd >= 0:
+        if fd >= 0 and fd in _held_locks:
             _held_locks.discard(fd)
+            for fds in _thread_locks.values():
+                fds.discard(fd)
             os.close(fd)
 
 
@@ -276,6 +287,7 @@ def make_engine(
             queue.release(fd)
             raise
         conn.info[_LOCK_INFO] = fd
+        _held[conn] = fd
 
     # SQLAlchemy announces a commit or rollback before it asks the driver, so the statement is
     # run here, and the queue let go only once it has returned; the driver's own call then
@@ -283,6 +295,7 @@ def make_engine(
     @event.listens_for(engine, "commit")
     def _on_commit(conn: Connection) -> None:
         fd = conn.info.pop(_LOCK_INFO, None)
+        _held.pop(conn, None)
         if fd is not None:
             try:
                 _raw(conn).execute("COMMIT")
@@ -292,6 +305,7 @@ def make_engine(
     @event.listens_for(engine, "rollback")
     def _on_rollback(conn: Connection) -> None:
         fd = conn.info.pop(_LOCK_INFO, None)
+        _held.pop(conn, None)
         if fd is not None:
             try:
                 raw = _raw(conn)
@@ -308,6 +322,65 @@ def _raw(conn: Connection) -> sqlite3.Connection:
     raw = conn.connection.dbapi_connection
     assert isinstance(raw, sqlite3.Connection)
     return raw
+
+
+def _interrupt_in(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or SystemExit behind `error` (itself, or the one a follow-on
+    error like SQLAlchemy's PendingRollbackError was raised while handling), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if not isinstance(current, Exception):
+            return current
+        seen.add(id(current))
+        current = current.__context__
+    return None
+
+
+def _abandon(engine: Engine, conn: Connection) -> None:
+    """Throw away what an interrupt left in an unknown state: the write queue's lock this
+    thread holds (wherever the interrupt landed between taking and recording it), the
+    connection, and the engine's pooled connections, one of which may still sit in a
+    transaction the interrupt stopped the hooks from ending. Closing a SQLite connection rolls
+    back whatever it had begun."""
+    _held.pop(conn, None)
+    for fd in list(_thread_locks.get(threading.get_ident(), ())):
+        _WriteQueue.release(fd)
+    with contextlib.suppress(Exception):
+        conn.invalidate()
+    with contextlib.suppress(Exception):
+        conn.close()
+    with contextlib.suppress(Exception):
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def transaction(engine: Engine, *, read: bool = False) -> Iterator[Connection]:
+    """`engine.begin()` for tunecache: a write (or, with `read`, a deferred read) transaction,
+    committed when the block ends and rolled back if it raises.
+
+    Ctrl-C can land anywhere in it, inside SQLAlchemy or a driver call. Then the connection is
+    thrown away, the write queue's lock released, and the KeyboardInterrupt itself reaches the
+    caller, not a follow-on error about the half-finished transaction: the process can go on to
+    log that it was interrupted, with no lock left behind to block it.
+    """
+    conn = engine.connect()
+    try:
+        if read:
+            conn.execution_options(**{_READ_OPTION: True})
+        with conn.begin():
+            yield conn
+    except BaseException as error:
+        interrupt = _interrupt_in(error)
+        if interrupt is None:
+            raise
+        _abandon(engine, conn)
+        if interrupt is error:
+            raise
+        raise interrupt from None
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 @contextlib.contextmanager
