@@ -180,6 +180,7 @@ def test_the_final_guard_drops_a_table_that_does_not_beat_no_table(cache: Cache)
     # floats), on a key too light to be judged on its own (share 0.5): the finished table
     # loses to no table end to end, so the guard masks it for this model.
     entry = cache.put(TOTAL, choice="pysum", candidates=TOTAL_NAMES, status="accepted")
+    cache.validate(entry, model="other", fingerprint="o", verdict="validated")
 
     report = tune.tune(tm.ENCODER, cache=cache, share=0.5, budget=0)
 
@@ -190,6 +191,21 @@ def test_the_final_guard_drops_a_table_that_does_not_beat_no_table(cache: Cache)
     assert table.resolve(TOTAL, TOTAL_NAMES, "numpy_sum").source == "masked"
     # It stays the other model's decision: masked for this model only.
     assert cache.get(TOTAL, candidates=TOTAL_NAMES).status == "accepted"  # type: ignore[union-attr]
+    assert cache.verdicts_on(entry) == {"other": "validated", "encoder": "masked"}
+
+
+def test_a_failed_guard_rejects_what_no_other_model_vouches_for(cache: Cache) -> None:
+    # The same slow entry, accepted but validated by nobody: once this model masks it, no
+    # model stands behind it, so it stops being served to anyone, in the same commit.
+    entry = cache.put(TOTAL, choice="pysum", candidates=TOTAL_NAMES, status="accepted")
+
+    report = tune.tune(tm.ENCODER, cache=cache, share=0.5, budget=0)
+
+    assert report.guard is not None and not report.guard.accepted
+    assert cache.get(TOTAL, candidates=TOTAL_NAMES).status == "rejected"  # type: ignore[union-attr]
+    anyone = Table.open(path=cache.path, device=cache.device)
+    assert anyone.resolve(TOTAL, TOTAL_NAMES, "numpy_sum").source == "heuristic"
+    assert cache.verdicts_on(entry) == {"encoder": "masked"}
 
 
 def test_a_declared_bound_stops_the_bench_and_sync_brackets_every_timing(cache: Cache) -> None:
@@ -434,21 +450,23 @@ def test_a_budget_that_stops_short_of_an_answer_remembers_no_no(cache: Cache) ->
         dims=("n",),
         shape=lambda n: (n,),
         candidates={
-            "base": _sleeper("base", 0.01),
-            "tricky": _sleeper("tricky", 0.002, inside_raises=True),
-            "fast": _sleeper("fast", 0.0025),
+            "base": _sleeper("base", 0.02),
+            "tricky": _sleeper("tricky", 0.001, inside_raises=True),
+            "fast": _sleeper("fast", 0.004),
         },
         heuristic="base",
         register=False,
     )
     model = tune.Model("budgeted", lambda: op(1))
 
-    first = tune.tune(model, cache=cache, budget=0.06, key_budget=0.05)
+    # drop_ratio 10: "fast" (4x tricky's time) survives the bench to be tried after it.
+    options: dict[str, Any] = {"key_budget": 0.1, "bench_options": {"drop_ratio": 10.0}}
+    first = tune.tune(model, cache=cache, budget=0.12, **options)
 
     (outcome,) = first.keys
     assert outcome.action == "skipped"
     assert cache.verdicts("budgeted") == {}
-    second = tune.tune(model, cache=cache)
+    second = tune.tune(model, cache=cache, **options)
     (outcome,) = second.keys
     assert outcome.action == "accepted" and outcome.choice == "fast"
     assert outcome.tried == ("tricky", "fast") and "cannot run inside" in outcome.note
@@ -456,7 +474,7 @@ def test_a_budget_that_stops_short_of_an_answer_remembers_no_no(cache: Cache) ->
 
 def test_a_choice_that_breaks_another_scenario_is_masked_by_the_guard(cache: Cache) -> None:
     # "fast" needs m divisible by 8. It wins at m=600; m=620, in another scenario, is too light
-    # to be judged on its own (under share=0.1) and borrows it as its nearest shape, where it
+    # to be judged on its own (under share=0.5) and borrows it as its nearest shape, where it
     # raises. The guard
     # runs every scenario: the table raises, so everything it served is masked, and the
     # session ends normally with the model on its heuristic.
@@ -478,11 +496,11 @@ def test_a_choice_that_breaks_another_scenario_is_masked_by_the_guard(cache: Cac
     def run(s: int) -> None:
         op(data[s])
         if s == 620:
-            time.sleep(0.2)  # other work: the op is 1-3% of this scenario
+            time.sleep(0.2)  # other work: the op is a few % of this scenario
 
     model = tune.Model("mod8", run, scenarios={"s": (600, 620)})
 
-    report = tune.tune(model, cache=cache, share=0.1)
+    report = tune.tune(model, cache=cache, share=0.5)
 
     assert [k.action for k in report.keys] == ["accepted"]
     assert report.guard_error.startswith("ValueError: fast needs m % 8 == 0")
@@ -491,7 +509,7 @@ def test_a_choice_that_breaks_another_scenario_is_masked_by_the_guard(cache: Cac
     entry = cache.get(op.key(data[600]), candidates=op.candidates)
     assert entry is not None and entry.status == "rejected"
     assert cache.verdicts("mod8") == {entry_id: "masked"}
-    tune.tune(model, cache=cache, share=0.1)  # and the next session runs
+    tune.tune(model, cache=cache, share=0.5)  # and the next session runs
     table = Table.open(path=cache.path, device=cache.device, model="mod8")
     assert table.resolve(op.key(data[620]), op.candidates, "base").choice == "base"
 

@@ -186,7 +186,11 @@ class Tunable(Generic[P, R]):
         if self._bound is None:
             return None
         value = self._bound(*(v for _, v in key.dims))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < float("inf")
+        ):
             raise BadArgumentError(f"{self.signature}: bound gave {value!r}, not seconds > 0")
         return float(value)
 

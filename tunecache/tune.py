@@ -383,7 +383,6 @@ class _Session:
         self.outcomes: list[KeyOutcome] = []
         self.verdicts: dict[int, str] = {}
         self.masked: list[int] = []
-        self.created: list[int] = []  # entries this session made accepted
         self.wrote = False  # whether any verdict or entry was written
         self.screened = 0
         self.guard: _accept.Verdict | None = None
@@ -391,6 +390,7 @@ class _Session:
         self.guard_error = ""
         self.budget_spent = False
         self.kept: list[int] | None = None
+        self.answers: dict[str, str] = {}
         self.cases = model.cases()
 
     # -- running the model ----------------------------------------------------------------
@@ -486,7 +486,11 @@ class _Session:
         return verdict, None
 
     def record_verdict(
-        self, entry_id: int, verdict_name: str, verdict: _accept.Verdict | None
+        self,
+        entry_id: int,
+        verdict_name: str,
+        verdict: _accept.Verdict | None,
+        status: str | None = None,
     ) -> None:
         self.cache.validate(
             entry_id,
@@ -497,6 +501,7 @@ class _Session:
             rounds=verdict.rounds if verdict else 0,
             confirmations=verdict.confirmations if verdict else 0,
             run_id=self.run_id,
+            status=status,
         )
         self.verdicts[entry_id] = verdict_name
         self.wrote = True
@@ -611,12 +616,10 @@ class _Session:
             if len(tried) == 1:
                 first = verdict
             if verdict is not None and verdict.accepted:
-                # Three commits, each leaving a state that is safe to be killed in: unvalidated
-                # (served to no model), validated by this model, then accepted.
+                # Two commits, each leaving a state that is safe to be killed in: unvalidated
+                # (served to no model), then this model's verdict and "accepted" together.
                 entry = self.put(h, name, record, "unvalidated", _speedup(record, name, current))
-                self.record_verdict(entry.id, "validated", verdict)
-                self.cache.set_status(entry, "accepted")
-                self.created.append(entry.id)
+                self.record_verdict(entry.id, "validated", verdict, status="accepted")
                 self.table = self.table.derive(include=[entry.id])
                 self.outcome(
                     h,
@@ -684,24 +687,28 @@ class _Session:
     def served(self) -> tuple[list[int], _RunFailed | None]:
         """Entries the current table serves to this model's runs (one profiled pass of each
         scenario), and the failure if a run with the table raised (the entries met until then
-        are in the list)."""
-        ids: set[int] = set()
+        are in the list). `self.answers` keeps what each key was answered, for the guard."""
+        answers: dict[str, str] = {}
+        failed = None
         for case in self.cases:
-            failed = None
             with dispatch.profile(capture=True) as p:
                 try:
                     self.runner(self.table, [case], side="B")()
                 except _RunFailed as error:
                     failed = error
-            ids.update(_entry_ids(self.table, p))
+            answers.update(_served(self.table, p))
             if failed is not None:
-                return sorted(ids), failed
-        return sorted(ids), None
+                break
+        self.answers = answers
+        ids = {int(a.split(":")[0]) for a in answers.values()}
+        return sorted(ids), failed
 
-    def guard_note(self, used: Sequence[int]) -> str:
-        """The run note a passing guard leaves: the model, its version and the table it saw."""
-        entries = ",".join(str(i) for i in used)
-        return f"model {self.model.name} ({self.fingerprint}): guard passed over entries {entries}"
+    def guard_note(self) -> str:
+        """The run note a passing guard leaves: the model, its version, and a digest of what
+        every key it ran was answered (entry and choice), so any change is a new table."""
+        lines = "\n".join(f"{key} {answer}" for key, answer in sorted(self.answers.items()))
+        digest = sha256(lines.encode()).hexdigest()[:32]
+        return f"model {self.model.name} ({self.fingerprint}): guard passed over table {digest}"
 
     def final_guard(self) -> None:
         used, failed = self.served()
@@ -710,7 +717,7 @@ class _Session:
             if failed is not None:
                 raise failed.error  # the model fails with its heuristic: its own bug
             return
-        note = self.guard_note(used)
+        note = self.guard_note()
         if failed is None and not self.wrote and self.cache.runs_noted(note):
             # A finished session's guard passed over exactly this table, and nothing changed.
             self.guard_skipped = True
@@ -731,9 +738,14 @@ class _Session:
         # its place, until the model runs its heuristic everywhere.
         while used:
             for entry_id in used:
-                self.record_verdict(entry_id, "masked", self.guard)
-                if entry_id in self.created:
-                    self.cache.set_status(entry_id, "rejected")
+                # An entry no other model vouches for is nobody's decision any more: rejected,
+                # in the same commit as the mask, so no state serves it unvouched.
+                others = self.cache.verdicts_on(entry_id)
+                others.pop(self.model.name, None)
+                vouched = "validated" in others.values()
+                self.record_verdict(
+                    entry_id, "masked", self.guard, status=None if vouched else "rejected"
+                )
             used, failed = self.served()
         if failed is not None:
             raise failed.error
@@ -764,15 +776,20 @@ class _Session:
         )
 
 
-def _entry_ids(table: Table, p: dispatch.Profile) -> set[int]:
-    """The entries behind the answers a profiled pass got from `table`."""
-    ids: set[int] = set()
+def _served(table: Table, p: dispatch.Profile) -> dict[str, str]:
+    """Key text -> "entry id:choice" for every key of a profiled pass an entry answered."""
+    out: dict[str, str] = {}
     for key, call in p.captured().items():
         op = call.op
         answer = table.resolve(key, op.candidates, op._pick_heuristic(key))
         if answer.source in ("exact", "nearest") and answer.entry_id is not None:
-            ids.add(answer.entry_id)
-    return ids
+            out[key.text] = f"{answer.entry_id}:{answer.choice}"
+    return out
+
+
+def _entry_ids(table: Table, p: dispatch.Profile) -> set[int]:
+    """The entries behind the answers a profiled pass got from `table`."""
+    return {int(answer.split(":")[0]) for answer in _served(table, p).values()}
 
 
 def _bound(
