@@ -255,6 +255,12 @@ def test_set_status_keeps_the_evidence_and_verdicts_are_read_per_model(cache: Ca
     assert cache.verdicts("m", "v2") == {}
     assert cache.verdicts_on(entry) == {"m": "masked", "other": "validated"}
     assert cache.verdicts_on(entry.id + 100) == {}
+    # A verdict may set the entry's status in its own commit, and nothing on bad input.
+    cache.validate(entry, model="m", fingerprint="v1", verdict="masked", status="rejected")
+    assert cache.get(RFC_TEXT, candidates=NAMES).status == "rejected"  # type: ignore[union-attr]
+    with pytest.raises(BadRecordError, match="status"):
+        cache.validate(entry, model="m", fingerprint="v1", verdict="validated", status="maybe")
+    assert cache.verdicts("m") == {entry.id: "masked"}
 
 
 def test_a_changed_choice_drops_the_verdicts_on_the_old_one(cache: Cache) -> None:
