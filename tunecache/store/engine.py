@@ -4,7 +4,8 @@ Every connection gets WAL, synchronous=NORMAL, foreign_keys=ON and a busy timeou
 deferred BEGIN is turned off and SQLAlchemy's `begin` event issues `BEGIN IMMEDIATE` instead, as
 SQLAlchemy's pysqlite documentation describes: a deferred transaction that reads and then writes
 has to upgrade its lock, and under concurrency that upgrade fails with SQLITE_BUSY or, worse,
-loses the write. Reads ask for a deferred `BEGIN` explicitly through `read_connection`.
+loses the write. Reads ask for a deferred `BEGIN` explicitly through `read_connection` (or
+`transaction(read=True)`); `transaction` is also what keeps a Ctrl-C from leaving a lock behind.
 """
 
 from __future__ import annotations
