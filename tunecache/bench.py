@@ -80,6 +80,7 @@ __all__ = [
     "BenchResult",
     "Stopped",
     "bench",
+    "survivors",
 ]
 
 #: default seconds per sample: ~1000x perf_counter's resolution, yet cheap enough that ten
@@ -138,22 +139,31 @@ class BenchResult:
         )
 
     def survivors(self, keep: int = 3, within: float | None = None) -> tuple[str, ...]:
-        """The best `keep` candidates not pruned and without error, fastest first, each within
-        `within` (default: the bench's drop_ratio) of the best median: the short list worth
-        confirming by whole-model runs."""
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise BadArgumentError(f"keep must be an int >= 1, got {keep!r}")
-        if within is None:
-            ratio = self.record.settings.get("drop_ratio")
-            within = float(ratio) if isinstance(ratio, (int, float)) else math.inf
-        elif not _is_real(within) or not within >= 1.0:
-            raise BadArgumentError(f"within must be a number >= 1, got {within!r}")
-        if self.best is None:
-            return ()
-        limit = self.medians[self.best] * within
-        pruned = set(self.pruned)
-        out = [n for n in self.ranking if n not in pruned and self.medians[n] <= limit]
-        return tuple(out[:keep])
+        """The short list worth confirming by whole-model runs (`survivors` of the record)."""
+        return survivors(self.record, keep, within)
+
+
+def survivors(
+    record: codec.TimingRecord, keep: int = 3, within: float | None = None
+) -> tuple[str, ...]:
+    """The best `keep` candidates of a timing record that were not pruned and did not raise,
+    fastest median first, each within `within` (default: the bench's drop_ratio) of the best.
+    A record read back from the store ranks exactly as the bench that made it did."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise BadArgumentError(f"keep must be an int >= 1, got {keep!r}")
+    if within is None:
+        ratio = record.settings.get("drop_ratio")
+        within = float(ratio) if isinstance(ratio, (int, float)) else math.inf
+    elif not _is_real(within) or not within >= 1.0:
+        raise BadArgumentError(f"within must be a number >= 1, got {within!r}")
+    ran = [c for c in record.candidates if c.error is None and not c.pruned and c.samples]
+    medians = {c.name: statistics.median(c.samples) for c in ran}
+    # sorted() is stable: equal medians keep declaration order, as the bench's ranking does.
+    ranked = sorted(medians, key=lambda name: medians[name])
+    if not ranked:
+        return ()
+    limit = medians[ranked[0]] * within
+    return tuple(name for name in ranked if medians[name] <= limit)[:keep]
 
 
 def bench(

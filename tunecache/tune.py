@@ -401,13 +401,7 @@ class _Session:
         """One whole-model run over `cases` with `table`. With a `side` ("A", "B"), an error
         from the model is wrapped and tagged, so the session can tell which table broke it
         from its own mistakes."""
-        run = self.model.run
-
-        def one_run() -> None:
-            with using(table):
-                for case in cases:
-                    run(**case)
-
+        one_run = _run_with(self.model, table, cases)
         if not side:
             return one_run
 
@@ -577,7 +571,7 @@ class _Session:
                 self.outcome(h, "failed", note=note, bench_stopped=bench_stopped)
                 return
         else:
-            ranking = _survivors(record, self.o.keep)
+            ranking = list(_bench.survivors(record, self.o.keep))
             bench_best, bench_stopped = (ranking[0] if ranking else None), "stored"
             if not ranking:
                 self.outcome(h, "failed", note="every candidate raised", bench_stopped="stored")
@@ -792,6 +786,18 @@ def _entry_ids(table: Table, p: dispatch.Profile) -> set[int]:
     return {int(answer.split(":")[0]) for answer in _served(table, p).values()}
 
 
+def _run_with(model: Model, table: Table, cases: Sequence[dict[str, int]]) -> Callable[[], None]:
+    """One whole-model run: every case in turn, with `table` as the current table."""
+    run = model.run
+
+    def one_run() -> None:
+        with using(table):
+            for case in cases:
+                run(**case)
+
+    return one_run
+
+
 def _bound(
     function: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Callable[[], object]:
@@ -806,20 +812,6 @@ def _gain(verdict: _accept.Verdict | None) -> float | None:
     if verdict is None or not (math.isfinite(verdict.speedup) and verdict.speedup > 0):
         return None
     return verdict.speedup
-
-
-def _survivors(record: TimingRecord, keep: int) -> list[str]:
-    """The fastest few candidates of a stored record, as `BenchResult.survivors` ranks them:
-    not pruned, no error, within the bench's drop ratio of the best."""
-    ran = [c for c in record.candidates if c.error is None and not c.pruned and c.samples]
-    medians = {c.name: statistics.median(c.samples) for c in ran}
-    ranked = sorted(medians, key=lambda name: medians[name])
-    if not ranked:
-        return []
-    ratio = record.settings.get("drop_ratio")
-    within = float(ratio) if isinstance(ratio, int | float) and ratio >= 1 else 1.5
-    best = medians[ranked[0]]
-    return [name for name in ranked if medians[name] <= best * within][:keep]
 
 
 def _speedup(record: TimingRecord, choice: str, current: str) -> float | None:
@@ -1142,14 +1134,6 @@ def _measure(
 ) -> EvaluationRow:
     cases = m.cases()
 
-    def runner(t: Table) -> Callable[[], None]:
-        def one_run() -> None:
-            with using(t):
-                for case in cases:
-                    m.run(**case)
-
-        return one_run
-
     entries: set[int] = set()
     for case in cases:
         with dispatch.profile(capture=True) as p, using(table):
@@ -1161,15 +1145,17 @@ def _measure(
             m.name, group, "neutral", None, None, 1.0, 1.0, 1.0, 1.0, 1.0, 0, 0,
             note="no entry applies",
         )  # fmt: skip
-    a, b = _accept.measure(runner(Table.empty()), runner(table), pairs=pairs, sync=m.sync)
+    a, b = _accept.measure(
+        _run_with(m, Table.empty(), cases), _run_with(m, table, cases), pairs=pairs, sync=m.sync
+    )
     c = stats.compare(a, b, alpha=alpha)
     outcome = stats.classify(c, alpha=alpha, min_change=min_change)
     return EvaluationRow(
         model=m.name,
         group=group,
         outcome=outcome,
-        heuristic_ms=_median(a) * 1e3,
-        cached_ms=_median(b) * 1e3,
+        heuristic_ms=statistics.median(a) * 1e3,
+        cached_ms=statistics.median(b) * 1e3,
         speedup=c.speedup,
         low=c.low,
         high=c.high,
@@ -1178,10 +1164,3 @@ def _measure(
         pairs=c.pairs,
         entries=len(entries),
     )
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
