@@ -72,7 +72,11 @@ def test_tune_writes_accepted_entry_evidence_verdict_and_run(cache: Cache) -> No
         ).fetchone()
     assert (kind, status) == ("tune", "finished")
     assert report.guard is not None and report.guard.accepted
-    assert report.kept == (entry.id,) and report.masked == ()
+    assert report.kept == (entry.id,)
+    # Once the norm is fast, the bias becomes heavy enough to try (a second pass); whatever
+    # this model masked is an entry it rejected itself, never the norm's.
+    rejected = {k.entry_id for k in report.keys if k.action == "rejected"}
+    assert set(report.masked) == rejected and entry.id not in rejected
 
 
 def test_tune_keeps_the_heuristic_where_nothing_beats_it(cache: Cache) -> None:
@@ -113,6 +117,25 @@ def test_the_tuned_table_serves_the_model(cache: Cache) -> None:
         tm.encoder()
     served = {row.key: row.choice for row in p.rows()}
     assert served[NORM] == "vectorized"
+
+
+def test_a_key_made_heavy_by_a_faster_table_is_tried_in_the_same_session(
+    cache: Cache,
+) -> None:
+    # Before tuning, the bias is far below 1% of the encoder's run (the Python-loop row norm
+    # carries it); once the norm is 20x faster it is not, and the session profiles again.
+    bias = make_key("ttbias_F64", [("n", 3)])
+    first = tune.tune(tm.ENCODER, cache=cache)
+
+    actions = {k.key: k.action for k in first.keys}
+    assert actions[NORM.text] == "accepted" and bias.text in actions
+    entries = {e.id: e.updated_at for e in cache.entries()}
+    # Nothing is left for a second session: it writes nothing and finds every key decided.
+    second = tune.tune(tm.ENCODER, cache=cache)
+    assert {k.action for k in second.keys} <= {"known", "kept"}
+    assert {k.key for k in second.keys} == set(actions)
+    assert {e.id: e.updated_at for e in cache.entries()} == entries
+    assert second.guard_skipped
 
 
 def test_a_second_session_reuses_decisions_and_evidence(cache: Cache) -> None:

@@ -23,7 +23,9 @@ One tuning session, for each scenario of the model (each set of sizes of its sym
    is written as accepted, with this model's `validated` verdict. If none wins, the best is kept
    as a `rejected` entry: the evidence stays, the decision is never served. Where nothing beats
    what runs now, the evidence is kept as an `unvalidated` entry choosing what runs now.
-6. **Guard.** The finished table must beat no table at all over every scenario, end to end;
+6. **Profile again** after a pass that changed the table: keys that a faster run makes heavy
+   are taken too (at most `PASSES` passes), so a second session has nothing new to do.
+7. **Guard.** The finished table must beat no table at all over every scenario, end to end;
    otherwise every entry the model uses is masked for it (and this session's own entries are
    rejected), so its runs fall back to the heuristic.
 
@@ -385,6 +387,10 @@ class _Session:
         self.masked: list[int] = []
         self.wrote = False  # whether any verdict or entry was written
         self.screened = 0
+        #: keys found heavy, and light, in any profile of this session
+        self.heavy_keys: set[Key] = set()
+        self.light_keys: set[Key] = set()
+        self.profiled = False
         self.guard: _accept.Verdict | None = None
         self.guard_skipped = False
         self.guard_error = ""
@@ -450,13 +456,18 @@ class _Session:
                 known = heavy.get(row.key)
                 if known is None or share > known.share:
                     heavy[row.key] = _Heavy(row.key, call.op, call, case, share)
-        self.screened = len(light - set(heavy))
-        if not self.fingerprint:
-            # The model's structure: the keys its runs use. Its verdicts belong to this version.
-            digest = sha256("\n".join(sorted(seen)).encode()).hexdigest()
-            self.fingerprint = digest[:16]
-        self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
-        self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
+        self.heavy_keys |= set(heavy)
+        self.light_keys |= light
+        self.screened = len(self.light_keys - self.heavy_keys)
+        if not self.profiled:
+            self.profiled = True
+            if not self.fingerprint:
+                # The model's structure: the keys its runs use. Its verdicts belong to this
+                # version.
+                digest = sha256("\n".join(sorted(seen)).encode()).hexdigest()
+                self.fingerprint = digest[:16]
+            self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
+            self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
         return sorted(heavy.values(), key=lambda h: (-h.share, h.key))
 
     # -- decisions ----------------------------------------------------------------------------
@@ -870,28 +881,52 @@ def _session(
             store.close()
 
 
+#: profiles per session: a key that speeds up shifts the shares, and a key too light to
+#: matter before may carry a real share of the faster run; the session profiles again after a
+#: pass that changed its table, so a second session finds nothing new to do
+PASSES = 3
+
+
 def _steps(s: _Session, *, tune_keys: bool) -> None:
-    heavy = s.profile()
     what = f"{'tuning' if tune_keys else 'validating'} {s.model.name}"
-    for done, h in enumerate(heavy):
-        s.tell(what, done, len(heavy))
-        if s.out_of_time():
-            s.outcome(h, "skipped", note="time budget spent")
-            continue
-        answer = s.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key))
-        if answer.source == "masked":
-            s.outcome(h, "known", entry_id=answer.entry_id, note="masked")
-            continue
-        if answer.entry_id is not None:
-            s.judge(h, answer.entry_id)
-            if answer.source == "exact" or not tune_keys:
-                continue
-        if tune_keys:
-            # No entry of its own serves this key (it runs the heuristic or a neighbour's
-            # choice): bench it, and accept what wins through the whole model.
-            s.tune_key(h)
-    s.tell(what, len(heavy), len(heavy))
+    handled: set[Key] = set()
+    for n in range(PASSES):
+        try:
+            heavy = [h for h in s.profile() if h.key not in handled]
+        except Exception:
+            if not n:
+                raise  # the model fails on its own table, before this session changed it
+            break  # this session's table breaks a run: the guard runs it, and masks it
+        if n and not heavy:
+            break
+        before = s.table
+        total = len(handled) + len(heavy)
+        for done, h in enumerate(heavy, start=len(handled)):
+            s.tell(what, done, total)
+            _step(s, h, tune_keys=tune_keys)
+        s.tell(what, total, total)
+        handled |= {h.key for h in heavy}
+        if s.table is before or s.budget_spent:
+            break  # the shares stand: the runs are what this pass profiled
     s.final_guard()
+
+
+def _step(s: _Session, h: _Heavy, *, tune_keys: bool) -> None:
+    if s.out_of_time():
+        s.outcome(h, "skipped", note="time budget spent")
+        return
+    answer = s.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key))
+    if answer.source == "masked":
+        s.outcome(h, "known", entry_id=answer.entry_id, note="masked")
+        return
+    if answer.entry_id is not None:
+        s.judge(h, answer.entry_id)
+        if answer.source == "exact" or not tune_keys:
+            return
+    if tune_keys:
+        # No entry of its own serves this key (it runs the heuristic or a neighbour's choice):
+        # bench it, and accept what wins through the whole model.
+        s.tune_key(h)
 
 
 def tune(
