@@ -1,0 +1,373 @@
+"""Pure values behind `tunecache.triton.autotune`: config names, keys, and the reuse rule.
+
+Nothing here imports Triton, torch or the store: a config is anything shaped like
+`triton.Config` (`.kwargs`, `.num_warps`, `.num_stages`, `.num_ctas`, `.maxnreg`, `.pre_hook`,
+`.ir_override`), a tensor anything with a `.dtype`. So all of it is tested on a CPU.
+
+- `config_name` is a config's identity: the canonical text of its meta-parameters and launch
+  options. The candidate list of a kernel is the list of its configs' names, and its checksum
+  (`tunecache.candidates.checksum`) is what an entry is tuned against.
+- `KeySpec` turns a call's arguments into Triton's tuning key (the values of the `key`
+  arguments, then the dtype of every tensor argument), on the hot path as a plain tuple, and on
+  a miss into a tunecache `Key`: the sizes among the key arguments are its dims, everything else
+  (kernel name, dtypes, non-size key values, source revision) is its signature.
+- `plan_reuse` is the rule for an entry tuned against another config list (docs/triton.md).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tunecache._digest import sha256
+from tunecache.candidates import MAX_NAME_LEN
+from tunecache.errors import BadArgumentError, BadKeyError
+from tunecache.keys import Key, make_key
+
+if TYPE_CHECKING:
+    # The codec loads cbor2: only a miss that reuses an old record needs it, never a hit.
+    from tunecache.codec import CandidateTiming, TimingRecord
+
+__all__ = [
+    "KeySpec",
+    "Plan",
+    "config_name",
+    "dtype_token",
+    "escape",
+    "plan_reuse",
+    "revision_token",
+]
+
+#: the launch options of a `triton.Config`, in the order they appear in a config's name
+LAUNCH_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+# Characters a key's signature token may hold as they are: visible ASCII but "_" (the token
+# separator) and "%" (the escape character).
+_PLAIN = frozenset(chr(c) for c in range(0x21, 0x7F)) - {"_", "%"}
+
+#: common dtype spellings (torch, numpy, triton.language) -> one uppercase signature token
+_DTYPES = {
+    "float16": "F16",
+    "half": "F16",
+    "fp16": "F16",
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+    "float32": "F32",
+    "float": "F32",
+    "fp32": "F32",
+    "float64": "F64",
+    "double": "F64",
+    "fp64": "F64",
+    "int8": "I8",
+    "int16": "I16",
+    "int32": "I32",
+    "int64": "I64",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8E4M3FN",
+    "float8_e5m2": "F8E5M2",
+    "complex64": "C64",
+    "complex128": "C128",
+}
+
+
+# -- config identity ----------------------------------------------------------------------------
+
+
+def _value_text(value: object) -> str:
+    """One meta-parameter value as text: Python literals by repr (so 1, True, '1' differ)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    return str(value)
+
+
+def config_name(config: Any) -> str:
+    """The identity of a `triton.Config`: its meta-parameters sorted by name, then its launch
+    options, as `BLOCK_M=128,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1`.
+
+    Two configs with the same name launch the same kernel the same way. A config's own
+    `pre_hook` is named by its qualified name; a name over MAX_NAME_LEN characters is cut and
+    ends in a digest of the whole text, so it stays unique.
+    """
+    kwargs = getattr(config, "kwargs", None)
+    if not isinstance(kwargs, Mapping):
+        raise BadArgumentError(
+            "a config is a triton.Config (with .kwargs and .num_warps), "
+            f"got {type(config).__name__}"
+        )
+    parts = [f"{name}={_value_text(kwargs[name])}" for name in sorted(kwargs, key=str)]
+    for field in LAUNCH_FIELDS:
+        value = getattr(config, field, None)
+        if value is not None:
+            parts.append(f"{field}={_value_text(value)}")
+    override = getattr(config, "ir_override", None)
+    if override is not None:
+        parts.append(f"ir_override={_value_text(override)}")
+    hook = getattr(config, "pre_hook", None)
+    if hook is not None:
+        parts.append(f"pre_hook={getattr(hook, '__qualname__', type(hook).__qualname__)}")
+    text = ",".join(parts) or "default"
+    if len(text) > MAX_NAME_LEN or not text.isprintable():
+        digest = sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+        shown = "".join(c if c.isprintable() else "?" for c in text)
+        text = f"{shown[: MAX_NAME_LEN - 18]}~{digest}"
+    return text
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def escape(text: str) -> str:
+    """Text as a signature token: plain characters as they are, the rest as %XX (UTF-8)."""
+    if all(c in _PLAIN for c in text):
+        return text
+    return "".join(
+        c if c in _PLAIN else "".join(f"%{b:02X}" for b in c.encode("utf-8", "replace"))
+        for c in text
+    )
+
+
+def dtype_token(dtype: object) -> str:
+    """A dtype (torch.float16, numpy's float16, tl.float16) as one signature token: F16."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    known = _DTYPES.get(name)
+    if known is not None:
+        return known
+    # Uppercase, so that a name like "int4" cannot read as a dim ("int" = 4) in the key text.
+    return escape(name.upper()) or "DTYPE"
+
+
+def revision_token(source: str) -> str:
+    """The source text of a kernel as a short signature token: R + 8 hex digits."""
+    return "R" + sha256(source.encode("utf-8", "replace")).hexdigest()[:8].upper()
+
+
+def _dim_names(names: Sequence[str]) -> dict[str, str]:
+    """Each key argument's name as a unique dim name of lowercase letters (M -> m,
+    n_elements -> nelements); a clash takes a letter suffix, in key order."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        base = re.sub(r"[^a-z]", "", name.lower()) or "d"
+        candidate, n = base, 0
+        while candidate in taken:
+            n += 1
+            candidate = base + _letters(n)
+        taken.add(candidate)
+        out[name] = candidate
+    return out
+
+
+def _letters(n: int) -> str:
+    """1 -> a, 26 -> z, 27 -> aa: a suffix of lowercase letters for the n-th clash."""
+    out = ""
+    while n > 0:
+        n, rest = divmod(n - 1, 26)
+        out = chr(ord("a") + rest) + out
+    return out
+
+
+def _size(value: Any) -> int | None:
+    """The value as a size (a non-negative int that is not a bool), or None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = operator.index(value)
+    except TypeError:
+        return None
+    return number if number >= 0 else None
+
+
+def _is_tensor(value: object) -> bool:
+    return hasattr(value, "dtype") and hasattr(value, "shape")
+
+
+class KeySpec:
+    """How a kernel's calls become tuning keys; built once, when the decorator is applied."""
+
+    def __init__(
+        self,
+        op: str,
+        arg_names: Sequence[str],
+        key: Sequence[str],
+        dims: Sequence[str] | None = None,
+        revision: str | None = None,
+    ) -> None:
+        if isinstance(key, str) or not isinstance(key, Sequence):
+            raise BadArgumentError(f"key is a list of argument names, got {key!r}")
+        names = list(arg_names)
+        unknown = [k for k in key if k not in names]
+        if unknown:
+            raise BadArgumentError(
+                f"key names {unknown}, which are not arguments of {op} (its arguments: {names})"
+            )
+        if len(set(key)) != len(key):
+            raise BadArgumentError(f"key names an argument twice: {list(key)}")
+        if dims is not None:
+            stray = [d for d in dims if d not in key]
+            if isinstance(dims, str) or stray:
+                raise BadArgumentError(f"dims must be a list of key arguments; not in key: {stray}")
+        self.op = op
+        self.arg_names = tuple(names)
+        self.arg_set = frozenset(names)
+        self.key = tuple(key)
+        #: (position among the arguments, name) of each key argument, in key order
+        self.positions = tuple((names.index(k), k) for k in key)
+        #: key arguments that are dims when their value is a size (all of them by default)
+        self.dims = frozenset(key if dims is None else dims)
+        self.explicit_dims = dims is not None
+        self.dim_names = _dim_names(self.key)
+        self.op_token = escape(op.strip("_").replace("_", "-")) or "kernel"
+        self.revision = revision
+
+    def raw(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Triton's tuning key for a call, as a hashable tuple: the values of the key arguments
+        that were passed, then the dtype of every argument that has one (positional first).
+
+        This runs on every call: no allocation beyond the tuple, no string formatting.
+        """
+        n = len(args)
+        out = [
+            args[i] if i < n else kwargs[name]
+            for i, name in self.positions
+            if i < n or name in kwargs
+        ]
+        for a in args[: len(self.arg_names)]:
+            d = getattr(a, "dtype", None)
+            if d is not None:
+                out.append(d)
+        if kwargs:
+            for name, a in kwargs.items():
+                if name in self.arg_set:
+                    d = getattr(a, "dtype", None)
+                    if d is not None:
+                        out.append(d)
+        return tuple(out)
+
+    def make(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Key:
+        """The tunecache key of a call: kernel, dtypes, non-size key values and revision make
+        the signature; the sizes among the key values are the dims, in key order."""
+        n = len(args)
+        dims: list[tuple[str, int]] = []
+        facts: list[str] = []
+        for i, name in self.positions:
+            if i < n:
+                value = args[i]
+            elif name in kwargs:
+                value = kwargs[name]
+            else:
+                continue
+            if _is_tensor(value):
+                raise BadArgumentError(
+                    f"{self.op}: key argument {name!r} is a tensor; key on its sizes instead"
+                )
+            size = _size(value) if name in self.dims else None
+            if size is not None:
+                dims.append((self.dim_names[name], size))
+            elif name in self.dims and self.explicit_dims:
+                raise BadArgumentError(
+                    f"{self.op}: dims names {name!r}, but its value {value!r} is not a size"
+                )
+            else:
+                facts.append(f"{self.dim_names[name]}={escape(_value_text(value))}")
+        dtypes = [
+            dtype_token(d)
+            for a in (*args[: len(self.arg_names)], *self._kw_values(kwargs))
+            if (d := getattr(a, "dtype", None)) is not None
+        ]
+        tokens = [self.op_token, *dtypes, *facts]
+        if self.revision:
+            tokens.append(self.revision)
+        try:
+            return make_key("_".join(tokens), dims)
+        except BadKeyError as error:
+            raise BadArgumentError(f"{self.op}: cannot make a key of this call: {error}") from None
+
+    def _kw_values(self, kwargs: Mapping[str, Any]) -> list[Any]:
+        return [v for name, v in kwargs.items() if name in self.arg_set]
+
+
+# -- the rule for a changed config list ---------------------------------------------------------
+
+
+class Plan(NamedTuple):
+    """What to do with an entry tuned against another config list, for the current one."""
+
+    #: the config to use without benching, or None when `bench` must run first
+    choice: str | None
+    #: configs to bench now (current-list order); empty when `choice` is set
+    bench: tuple[str, ...]
+    #: old timings to keep in the new entry's record, for configs not benched again
+    keep: tuple[CandidateTiming, ...]
+    #: why, in a few words, for the record and for people
+    reason: str
+
+
+def _measured(timing: CandidateTiming) -> bool:
+    return timing.error is None and bool(timing.samples)
+
+
+def plan_reuse(
+    legal: Sequence[str],
+    old_names: Sequence[str],
+    old_choice: str,
+    record: TimingRecord | None,
+    survivors: int = 3,
+) -> Plan:
+    """Reuse what an entry tuned against `old_names` learnt, for the configs `legal` now.
+
+    1. No config was added and the old winner is still legal: it beat every config that is
+       left, so it stays, with no bench.
+    2. No config was added, the winner is gone, and the old record measured every legal
+       config (or saw it fail): the best remaining one by the record's medians, with no bench.
+    3. Otherwise bench only what the record cannot answer: the configs it never measured (new
+       ones) together with its `survivors` best legal configs, which carry the old ranking
+       into the new bench. The other old timings are kept, marked pruned: they lost to the
+       survivors then and are not candidates now.
+    """
+    timings = {c.name: c for c in record.candidates} if record is not None else {}
+    old = set(old_names)
+    legal_timings = tuple(timings[n] for n in legal if n in timings)
+    added = [n for n in legal if n not in old]
+    if not added and old_choice in legal:
+        return Plan(old_choice, (), legal_timings, "the winner is still a config: kept")
+    missing = [n for n in legal if n not in timings]
+    ranked = sorted(
+        (c for c in legal_timings if _measured(c)),
+        key=lambda c: statistics.median(c.samples),
+    )
+    if not missing and ranked:
+        best = ranked[0].name
+        return Plan(best, (), legal_timings, "the winner was removed: the best remaining config")
+    top = {c.name for c in ranked[:survivors]}
+    bench = tuple(n for n in legal if n in top or n in missing)
+    if not bench:
+        # Every legal config failed last time: try them all again rather than trust that.
+        return Plan(None, tuple(legal), (), "every config failed before: benched again")
+    keep = tuple(
+        c if c.error is not None or c.pruned else _pruned_copy(c)
+        for c in legal_timings
+        if c.name not in bench
+    )
+    reason = f"{len(added)} config(s) added: benched with the {len(top)} best before"
+    if not added:
+        reason = "the winner was removed and some configs were never measured: benched"
+    return Plan(None, bench, keep, reason)
+
+
+def _pruned_copy(timing: CandidateTiming) -> CandidateTiming:
+    from tunecache.codec import CandidateTiming
+
+    return CandidateTiming(
+        name=timing.name,
+        samples=timing.samples,
+        inner_loops=timing.inner_loops,
+        error=timing.error,
+        pruned=True,
+    )
