@@ -11,16 +11,17 @@ nearest-shape search can lend a decision to a shape that was never tuned.
   FFT (batched real FFTs, channel mixing in the frequency domain, one batched inverse).
 - `chain3` / `chain4` (``chain3_F32_a1500_b32_c1500_d32``): a product of 3 or 4 matrices, left
   to right (heuristic: what ``a @ b @ c`` does), right to left, or `numpy.linalg.multi_dot`,
-  which picks the cheapest order itself at a cost of tens of microseconds of Python.
+  which picks the cheapest order itself for 5-30 microseconds of Python per call.
 - `matmul` (``matmul_F32_m256_k128_n512``): one product with all BLAS threads (heuristic) or
   with the BLAS pool limited to one thread for the call, through threadpoolctl.
 
 Einsum contractions are not among them. Measured here (tools/bench_ops.py prints it), a reshape
-+ BLAS rewrite beat or tied ``optimize=False`` and ``optimize="greedy"`` at every contraction a
-model here would use, by 1.3x at one head of one token up to 30x at sequence length 256; the
-only places einsum won were contractions over a middle axis of 3 channels or fewer, by about
-20 microseconds, far below what a whole-model run can confirm. An op with no crossover needs a
-better default, not a cache, so it is left out (issue 5 asks for exactly this).
++ BLAS rewrite beat numpy's default ``optimize=False`` at every contraction these models would
+use: by 1.8x for one attention head of one token, 9x at 64 tokens, 12-18x at 256 and 1024, and
+`optimize="greedy"` was never the fastest. The one place einsum won was a weighted sum over a
+middle axis of 3 channels, by 2 microseconds, within noise and far below what a whole-model run
+can confirm. An op with no crossover needs a better default, not a cache, so it is left out
+(issue 5 asks for exactly this).
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ def _all_threads(a: Array, b: Array) -> Array:
 def _one_thread(a: Array, b: Array) -> Array:
     """The product with every BLAS pool limited to one thread for the call, then restored.
 
-    The limit costs about 15-20 microseconds per call here (threadpoolctl reads and sets each
+    The limit costs about 20 microseconds per call here (threadpoolctl reads and sets each
     pool's size, then restores it), so it only pays off for products of at least tens of
     microseconds. Where it wins: skinny or small products whose threading overhead exceeds the
     work, and any product while the other cores are busy, where OpenBLAS's spinning threads
