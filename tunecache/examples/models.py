@@ -376,9 +376,9 @@ MODELS: list[Model] = [
 #   borrow at distance 1);
 # - attention <- mlp: matmul m256_k128_n512 and m256_k512_n128 exactly at s=256, and the other
 #   sizes of the same signature by nearest shape;
-# - smoother <- regression: chain4 a2048_b32_c32_d2048_e8 against a2000_..._d2000_e8 and chain3
-#   a32_b32_c2048_d8 against a32_b32_c2000_d8 (distance 0.07), plus the exact gram matmul shape
-#   family;
+# - smoother <- regression: chain4 a2048_b32_c32_d2048_e8 against a2000_b32_c32_d2000_e8,
+#   chain3 a32_b32_c2048_d8 against a32_b32_c2000_d8 and the gram matmul m32_k2048_n32 against
+#   m32_k2000_n32 (nearest shapes, distance 0.03-0.07);
 # - separable <- cnn: conv2d ci16_co16_h64_w64_kh3_kw3 exactly (its 3x3 stem).
 #: the models the held-out protocol tunes
 TUNED: list[Model] = [CNN, FILTERBANK, MLP, DENOISER, REGRESSION]
