@@ -756,6 +756,15 @@ def _tune_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _measure_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--measure-pairs",
+        type=_count_arg,
+        default=20,
+        help="paired runs per model for the report (default 20)",
+    )
+
+
 def _tune_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "share": args.share,
@@ -852,15 +861,103 @@ def _emit_tune(args: argparse.Namespace, reports: list[Any]) -> None:
         _print_tune(console, report)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: tune every example model (tunecache.examples: real numpy convolutions,
+    matrix chains, BLAS thread counts) on this device, into its cache, then measure each model
+    against its heuristic in paired runs. A second run finds everything tuned and only
+    measures. Ctrl-C keeps what was accepted (exit 130)."""
+    from tunecache import demo
+
+    models = demo.example_models(args.model)
+    with _open(args) as cache, _progress(args) as progress:
+        if not args.json:
+            _console(stderr=True).print(
+                f"tuning {len(models)} example models into {cache.path}", highlight=False
+            )
+        report = demo.demo(
+            models,
+            cache=cache,
+            pairs=args.measure_pairs,
+            alpha=0.01 if args.alpha is None else args.alpha,
+            tune_options=_tune_kwargs(args),
+            progress=progress,
+        )
+    if args.json:
+        _print_json(report.as_dict())
+        return 0
+    console = _console()
+    table = _table(
+        "the example models on this device: the cache against each model's heuristic",
+        "model", "scenarios", "heuristic ms", "tuned ms", "change", "99% interval", "p",
+        "entries used", "kept", "masked", "tuned now", "outcome",
+    )  # fmt: skip
+    for r in report.rows:
+        table.add_row(
+            r.model,
+            str(r.scenarios),
+            _num(r.heuristic_ms),
+            _num(r.tuned_ms),
+            _change(r.speedup) if r.pairs else "-",
+            f"[{_change(r.high)}, {_change(r.low)}]" if r.pairs else "-",
+            f"{r.p_value:.3g}" if r.pairs else "-",
+            str(r.used),
+            str(r.kept),
+            str(r.masked),
+            f"{r.accepted} in {r.tune_seconds:.1f} s",
+            r.outcome + (f" ({r.note})" if r.note else ""),
+        )
+    console.print(table)
+    c = report.counts()
+    console.print(
+        f"{c['improved']} improved, {c['neutral']} neutral, {c['regressed']} regressed; "
+        f"{report.seconds:.1f} s"
+    )
+    console.print(f"the decisions: sqlite3 {report.database} 'select * from decisions'")
+    return 0
+
+
+@contextlib.contextmanager
+def _evaluation_store(args: argparse.Namespace, examples: bool) -> Iterator[Any]:
+    """The cache an evaluation runs in: the one the options name, or, for the example models
+    with no --root or --db, a fresh temporary one (the demo may have tuned the held-out half in
+    this device's own cache, and then nothing would be held out)."""
+    if not examples or args.root is not None or args.db is not None:
+        with _open(args) as cache:
+            yield cache
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tunecache-evaluate-") as root:
+        args.root = root
+        with _open(args) as cache:
+            yield cache
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """The held-out protocol: tune on the --tune models, apply the shared cache as it is to the
     --held-out models, and report every model improved / neutral / regressed against its
-    heuristic, from paired end-to-end runs."""
+    heuristic, from paired end-to-end runs. With no models named, it runs on the example
+    workload (tunecache.examples.TUNED and HELD_OUT) in a fresh temporary cache, unless --root
+    or --db names one."""
     from tunecache import tune
 
-    tuned = [m for spec in args.tune for m in _load_models(spec)]
-    held = [m for spec in args.held_out for m in _load_models(spec)]
-    with _open(args) as cache, _progress(args) as progress:
+    examples = not args.tune and not args.held_out
+    if examples:
+        from tunecache import examples as workload
+
+        tuned, held = list(workload.TUNED), list(workload.HELD_OUT)
+    elif not args.tune:
+        raise _UsageError("--held-out needs at least one --tune model to build the cache from")
+    else:
+        tuned = [m for spec in args.tune for m in _load_models(spec)]
+        held = [m for spec in args.held_out for m in _load_models(spec)]
+    with _evaluation_store(args, examples) as cache, _progress(args) as progress:
+        for m in held:
+            if cache.verdicts(m.name):
+                raise BadArgumentError(
+                    f"held-out model {m.name!r} was already tuned or validated in {cache.path}: "
+                    "nothing would be held out; evaluate in a fresh cache (--root DIR)"
+                )
         result = tune.evaluate(
             tuned,
             held,
@@ -1169,7 +1266,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub, "evaluate", cmd_evaluate, "tune on some models, measure the cache on held-out ones"
     )
     evaluate.add_argument(
-        "--tune", action="append", required=True, metavar="MODEL", help="a model to tune on"
+        "--tune",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="a model to tune on (default: half of the example models)",
     )
     evaluate.add_argument(
         "--held-out",
@@ -1178,13 +1279,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help="a model the cache is applied to without tuning it",
     )
-    evaluate.add_argument(
-        "--measure-pairs",
-        type=_count_arg,
-        default=20,
-        help="paired runs per model for the report (default 20)",
-    )
+    _measure_option(evaluate)
     _tune_options(evaluate)
+
+    demo = _subcommand(
+        sub, "demo", cmd_demo, "tune the example models on this device and report the change"
+    )
+    demo.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this example model (repeatable; default: all of them)",
+    )
+    _measure_option(demo)
+    _tune_options(demo)
 
     sql = _subcommand(sub, "sql", cmd_sql, "the database path, example queries, or run one")
     sql.add_argument("query", nargs="?", metavar="QUERY", help="one read-only SQL statement")
