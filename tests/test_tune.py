@@ -746,3 +746,43 @@ def _accepted(db: Path) -> bool:
             return bool(conn.execute("select 1 from entries where status = 'accepted'").fetchall())
     except sqlite3.Error:
         return False
+
+
+def test_a_validated_neighbour_choice_nothing_beats_becomes_the_keys_own(cache: Cache) -> None:
+    # "tricky" is fastest alone but raises inside a model; "fast" is 5x faster than "base".
+    # Model one accepts fast at n=100. Model two runs n=110: it borrows fast from the
+    # neighbour, validates it for itself, then tries tricky at its own key, which loses. The
+    # key must keep the neighbour's fast as its own decision, not fall back to base.
+    op = tunecache.Tunable(
+        "ttborrow_F64",
+        dims=("n",),
+        shape=lambda n: (n,),
+        candidates={
+            "base": _sleeper("base", 0.02),
+            "tricky": _sleeper("tricky", 0.001, inside_raises=True),
+            "fast": _sleeper("fast", 0.004),
+        },
+        heuristic="base",
+        register=False,
+    )
+    # drop_ratio 10: fast (4x tricky's time) survives the bench to be tried after it.
+    options: dict[str, Any] = {"bench_options": {"drop_ratio": 10.0}}
+    one = tune.tune(tune.Model("one", lambda: op(100)), cache=cache, **options)
+    assert [(k.action, k.choice) for k in one.keys] == [("accepted", "fast")]
+
+    two = tune.tune(tune.Model("two", lambda: op(110)), cache=cache, **options)
+
+    assert [(k.action, k.choice) for k in two.keys] == [("validated", "fast"), ("kept", "fast")]
+    kept = two.keys[1]
+    assert kept.tried == ("tricky",) and "nothing beat it here" in kept.note
+    entry = cache.get(make_key("ttborrow_F64", [("n", 110)]), candidates=op.candidates)
+    assert entry is not None and (entry.choice, entry.status) == ("fast", "accepted")
+    assert cache.verdicts_on(entry) == {"two": "validated"}
+    # Its evidence is the validation of the neighbour's choice at this very key.
+    assert kept.entry_id == entry.id and two.keys[0].verdict is not None
+    table = Table.open(path=cache.path, device=cache.device, model="two")
+    answer = table.resolve(make_key("ttborrow_F64", [("n", 110)]), op.candidates, "base")
+    assert (answer.choice, answer.source) == ("fast", "exact")
+    # Nothing is left to decide: a second session writes nothing.
+    again = tune.tune(tune.Model("two", lambda: op(110)), cache=cache, **options)
+    assert {k.action for k in again.keys} == {"known"}

@@ -550,7 +550,8 @@ class _Session:
         """Bench one heavy key and accept its best survivor through whole-model runs (4, 5)."""
         names = h.op.candidates
         heuristic = h.op._pick_heuristic(h.key)
-        current = self.table.resolve(h.key, names, heuristic).choice
+        now = self.table.resolve(h.key, names, heuristic)
+        current = now.choice
         stored = self.cache.get(h.key, candidates=names)
         if stored is not None and (
             stored.status == "accepted" or "validated" in self.cache.verdicts_on(stored).values()
@@ -652,9 +653,29 @@ class _Session:
             )
             self.outcome(h, "skipped", entry_id=entry.id, note="; ".join([why, *errors]), **more)
             return
+        borrowed = self.validated_now(now.entry_id) if now.source == "nearest" else None
+        if borrowed is not None:
+            # What runs now is a neighbour's choice this model validated at this very key, and
+            # nothing beat it here: it becomes the key's own decision, with that evidence. A
+            # rejected entry would mask the key down to the heuristic and lose the gain.
+            entry = self.put(
+                h, current, record, "unvalidated", _speedup(record, current, heuristic)
+            )
+            self.record_verdict(entry.id, "validated", borrowed, status="accepted")
+            self.table = self.table.derive(include=[entry.id])
+            note = f"the neighbour's {current!r} stays: nothing beat it here"
+            self.outcome(h, "kept", entry_id=entry.id, note="; ".join([note, *errors]), **more)
+            return
         entry = self.put(h, tried[0], record, "rejected")
         self.record_verdict(entry.id, "masked", first)
         self.outcome(h, "rejected", entry_id=entry.id, note="; ".join(errors), **more)
+
+    def validated_now(self, entry_id: int | None) -> _accept.Verdict | None:
+        """The paired verdict with which this session validated `entry_id`, if it did."""
+        for done in reversed(self.outcomes):
+            if done.entry_id == entry_id and done.action == "validated":
+                return done.verdict
+        return None
 
     def put(
         self,
