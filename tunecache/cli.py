@@ -929,6 +929,11 @@ def _evaluation_store(args: argparse.Namespace, examples: bool) -> Iterator[Any]
 
     with tempfile.TemporaryDirectory(prefix="tunecache-evaluate-") as root:
         args.root = root
+        if not args.json:
+            _console(stderr=True).print(
+                f"the example models, in a fresh cache under {root} (removed afterwards)",
+                highlight=False,
+            )
         with _open(args) as cache:
             yield cache
 
