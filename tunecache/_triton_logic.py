@@ -30,6 +30,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache._triton_keys import KeySpec, config_name, plan_reuse
@@ -62,8 +63,6 @@ _BENCH_KEYS = frozenset(
         "warmup",
     }
 )
-#: run kind of the store's `runs` rows this autotuner writes
-RUN_KIND = "autotune"
 #: survivors of an old record benched again beside added configs (plan_reuse)
 SURVIVORS = 3
 
@@ -357,7 +356,8 @@ class Autotuner:
             )
         self.fn = fn
         self.base_fn = fn
-        while not callable(getattr(self.base_fn, "__code__", None)) and hasattr(self.base_fn, "fn"):
+        # The Python function under @triton.jit (and any @triton.heuristics): it names the key.
+        while not isinstance(self.base_fn, FunctionType) and hasattr(self.base_fn, "fn"):
             self.base_fn = self.base_fn.fn
         self.arg_names = list(arg_names)
         for what, names in (
@@ -391,8 +391,10 @@ class Autotuner:
         self.best_config: Any = None
         #: the arguments by name while a miss is resolved (as Triton's `nargs`)
         self.nargs: dict[str, Any] | None = None
-        #: seconds the last tuning took, and each benched config's [median, p20, p80] in ms
+        #: seconds the last tuning benched (first launches included) and then stored its result
         self.bench_time: float | None = None
+        self.store_time: float | None = None
+        #: each benched config's [median, p20, p80] in ms, as Triton's Autotuner keeps them
         self.configs_timings: dict[Any, list[float]] = {}
         #: how many distinct keys were answered each way, over the life of this kernel
         self.stats = dict.fromkeys(("exact", "borrowed", "reused", "tuned", "single"), 0)
@@ -969,17 +971,20 @@ class Autotuner:
         self, state: _State, key: Key, names: tuple[str, ...], choice: str, record: TimingRecord
     ) -> None:
         """Store a decision with its record (one atomic write), then see it in the table."""
+        start = time.perf_counter()
         cache = self._cache(state)
         if cache is None:
             return
         try:
-            with cache.run(RUN_KIND, notes=f"tunecache.triton {self.spec.op}") as run_id:
-                cache.put(key, choice=choice, candidates=names, record=record, run_id=run_id)
+            # One transaction, no `runs` row: a key is tuned inside a user's first call, where
+            # two more write transactions per key are time the user waits for.
+            cache.put(key, choice=choice, candidates=names, record=record)
         except TunecacheError as error:
             self._warn_once("write", f"tunecache: {self.spec.op}'s tuning not stored: {error}")
             return
         old, state.table = state.table, state.table.reload()
         old.close()
+        self.store_time = time.perf_counter() - start
 
     def _warn_once(self, topic: str, message: str) -> None:
         if topic not in self._warned:

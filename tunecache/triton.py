@@ -134,6 +134,10 @@ def autotune(
         raise BadArgumentError(f"flush_l2 is a bool, got {flush_l2!r}")
 
     def decorator(fn: Any) -> Autotuner:
+        # What a warm process's first call needs to find the store, imported now, with the
+        # kernel's module (as Triton's own modules are), not inside that first call.
+        for module in ("tunecache.device", "tunecache.identity", "tunecache.paths"):
+            importlib.import_module(module)
         return Autotuner(fn, options, _backend(device, flush_l2))
 
     return decorator
