@@ -1,0 +1,151 @@
+"""tunecache.triton on a real GPU: the behaviours tests/test_triton.py checks on the CPU.
+
+    TUNECACHE_DIR=/tmp/tc python tools/gpu/check_triton.py
+
+CI has no GPU, so this runs on the device machine beside the benchmark. Each check prints one
+line and stops the script with an AssertionError if the behaviour is wrong.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
+
+import matmul as mm  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import tunecache.triton as tct  # noqa: E402
+from tunecache.cache import Cache  # noqa: E402
+
+
+@triton.jit
+def add_into(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.atomic_add(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def bump(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+
+@triton.jit
+def scale(x_ptr, out_ptr, n, EVEN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+    else:
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+BLOCKS = [triton.Config({"BLOCK": b}, num_warps=4) for b in (256, 1024, 4096)]
+
+
+def vgrid(meta: dict[str, Any]) -> tuple[int]:
+    return (triton.cdiv(meta["n"], meta["BLOCK"]),)
+
+
+def ok(text: str) -> None:
+    print(f"ok  {text}", flush=True)
+
+
+def stored(kernel: Any, *args: Any) -> Any:
+    with Cache.open(device=tct.gpu_device()) as cache:
+        entry = cache.get(kernel.key(*args), candidates=kernel.candidates)
+        return entry, (cache.record(entry) if entry is not None else None)
+
+
+def main() -> None:
+    device = tct.gpu_device()
+    ok(f"device {device.cpu}-t{device.threads}, {device.accelerator}")
+
+    configs = [*mm.CONFIGS[:4], mm.OVERSIZED]
+    kernel = tct.autotune(configs=configs, key=["M", "N", "K"])(mm.matmul_kernel)
+    a, b, c = mm.operands(256)
+    kernel[mm.grid](*mm.args(a, b, c))
+    torch.cuda.synchronize()
+    err = float((c.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm())
+    assert err < 1e-2, err
+    entry, record = stored(kernel, *mm.args(a, b, c))
+    assert entry is not None and record is not None
+    errors = {t.name: t.error for t in record.candidates if t.error}
+    assert list(errors) == [tct.config_name(mm.OVERSIZED)], errors
+    assert "OutOfResources" in errors[tct.config_name(mm.OVERSIZED)], errors
+    assert all(t.samples for t in record.candidates if not t.error)
+    ok(f"tuned M=256 in {kernel.bench_time:.3f} s: {entry.choice}; the oversized config failed")
+    ok(f"  ({errors[tct.config_name(mm.OVERSIZED)][:90]}...)")
+
+    a, b, c = mm.operands(250)
+    kernel[mm.grid](*mm.args(a, b, c))
+    assert kernel.stats["borrowed"] == 1 and len(kernel.pending) == 1
+    assert stored(kernel, *mm.args(a, b, c))[0] is None
+    done = kernel.tune_pending()
+    assert len(done) == 1 and stored(kernel, *mm.args(a, b, c))[0] is not None
+    ok("M=250 borrowed M=256's config at once, then tune_pending() tuned and stored it")
+
+    background = tct.autotune(configs=configs, key=["M", "N", "K"], unseen="background")(
+        mm.matmul_kernel
+    )
+    a, b, c = mm.operands(260)
+    background[mm.grid](*mm.args(a, b, c))
+    assert background.stats["borrowed"] == 1
+    assert background.wait_pending(timeout=120) and background.errors == [], background.errors
+    assert stored(background, *mm.args(a, b, c))[0] is not None
+    ok("M=260 borrowed, then tuned by the background thread on its own stream")
+
+    adder = tct.autotune(configs=BLOCKS, key=["n"], reset_to_zero=["out_ptr"])(add_into)
+    x = torch.randn(100_000, device="cuda")
+    out = torch.zeros_like(x)
+    adder[vgrid](x, out, x.numel())
+    torch.cuda.synchronize()
+    assert torch.equal(out, x), float((out - x).abs().max())
+    ok("reset_to_zero: an atomic-add kernel's output holds one launch's sum after tuning")
+
+    bumper = tct.autotune(configs=BLOCKS, key=["n"], restore_value=["x_ptr"])(bump)
+    x = torch.randn(100_000, device="cuda")
+    before = x.clone()
+    bumper[vgrid](x, x.numel())
+    torch.cuda.synchronize()
+    assert torch.equal(x, before + 1.0)
+    ok("restore_value: an in-place kernel's input moved by one launch after tuning")
+
+    seen = []
+
+    def early(cfgs: list[Any], nargs: dict[str, Any], **kwargs: Any) -> list[Any]:
+        seen.append(sorted(kwargs))
+        return [cfg for cfg in cfgs if cfg.kwargs["BLOCK"] <= max(256, nargs["n"])]
+
+    pruned = tct.autotune(
+        configs=BLOCKS, key=["n"], prune_configs_by={"early_config_prune": early}
+    )(bump)
+    x = torch.randn(300, device="cuda")
+    pruned[vgrid](x, x.numel())
+    assert pruned.stats["single"] == 1 and pruned.best_config.kwargs == {"BLOCK": 256}
+    assert seen == [["grid", "warmup"]], seen
+    ok("early_config_prune: one legal config is used without a bench")
+
+    stacked = tct.autotune(configs=BLOCKS, key=["n"])(
+        triton.heuristics({"EVEN": lambda args: args["n"] % 4096 == 0})(scale)
+    )
+    x = torch.randn(8192, device="cuda")
+    out = torch.empty_like(x)
+    stacked[vgrid](x, out, x.numel())
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2.0)
+    assert stacked.spec.op == "scale", stacked.spec.op
+    ok("autotune over triton.heuristics over triton.jit: launches, and keys by the kernel name")
+    print("all GPU checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
