@@ -94,7 +94,7 @@ _LAZY = {
 
 
 #: submodules reachable as attributes of the package without importing them first
-_SUBMODULES = frozenset({"accept", "bench", "stats", "tune"})
+_SUBMODULES = frozenset({"accept", "bench", "stats", "triton", "tune"})
 
 
 def __getattr__(name: str) -> Any:
