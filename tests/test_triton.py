@@ -419,7 +419,11 @@ def test_an_unseen_neighbour_borrows_at_once_and_is_tuned_on_request() -> None:
     assert dict(pending.answer.borrowed_from.dims)["m"] == 96
     assert stored(90, tuned) is None
 
+    caller = operands(90)
+    tuned[grid](*caller, 90, 40, 48)  # the same key again: served from the dict
+    caller[2][...] = 7.0
     assert tuned.tune_pending() == [pending.key]
+    assert (caller[2] == 7.0).all()  # benched on copies: the caller's output is untouched
     assert tuned.pending == []
     assert stored(90, tuned) is not None
     launched = len(kernel.launches)

@@ -126,8 +126,8 @@ class Backend:
         #: a context that makes device `index` current (and, for background tuning, a stream
         #: of the tuning thread's own)
         self.context = context
-        #: a private copy of one argument, for tuning a pending key on data the caller no
-        #: longer owns
+        #: a private copy of one argument (made when a key is borrowed), so that tuning it
+        #: later never writes the caller's tensors
         self.clone = clone
         #: for device `index`, a call that evicts the caches before each timed launch, or None
         self.flush = flush
@@ -503,6 +503,8 @@ class Autotuner:
     def tune_pending(self) -> list[Key]:
         """Tune every pending key now, on copies of its first call's arguments; return them.
 
+        The copies were made when the key was borrowed; they are released once it is tuned.
+
         A key borrowed while `pending_limit` keys were already held kept no arguments: it
         forgets its borrowed answer instead, so its next call borrows again and is kept.
         """
@@ -678,7 +680,7 @@ class Autotuner:
     ) -> None:
         self.stats["borrowed"] += 1
         held = sum(1 for i in self._pending.values() if i.args is not None)
-        call = (args, dict(kwargs)) if held < self.options.pending_limit else None
+        call = self._snapshot(args, kwargs) if held < self.options.pending_limit else None
         if call is None:
             self._warn_once(
                 "pending_limit",
@@ -993,23 +995,38 @@ class Autotuner:
 
     # -- pending keys, tuned later --------------------------------------------------------------
 
+    def _snapshot(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Private copies of a call's tensor arguments, made now, in the caller's thread and
+        stream: the pending key is benched later on the data it was called with, and the
+        caller's tensors are never written by that bench. A tensor passed twice is copied
+        once, so the copies alias as the originals did."""
+        clone = self.backend.clone
+        copies: dict[int, Any] = {}
+
+        def copy(value: Any) -> Any:
+            found = copies.get(id(value))
+            if found is None:
+                found = copies[id(value)] = clone(value)
+            return found
+
+        return tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}
+
     def _tune_item(self, item: _Item, background: bool = False) -> bool:
-        """Tune one pending key on copies of its arguments; True once it is decided."""
+        """Tune one pending key on the copies of its arguments; True once it is decided."""
         state = self._states[item.index]
         assert item.args is not None and item.kwargs is not None
-        clone = self.backend.clone
-        with self.backend.context(item.index, background):
-            args = tuple(clone(a) for a in item.args)
-            kwargs = {k: clone(v) for k, v in item.kwargs.items()}
-            with self._lock:
-                if (item.index, item.raw) not in self._pending:
-                    return False
-                nargs = dict(zip(self.arg_names, args, strict=False))
-                name, _ = self._settle(
-                    state, item.key, item.names, item.legal, args, kwargs, nargs, False
-                )
-                state.memo[item.raw] = self._choice(name)
-                del self._pending[item.index, item.raw]
+        args, kwargs = item.args, item.kwargs
+        with self.backend.context(item.index, background), self._lock:
+            if (item.index, item.raw) not in self._pending:
+                return False
+            nargs = dict(zip(self.arg_names, args, strict=False))
+            name, _ = self._settle(
+                state, item.key, item.names, item.legal, args, kwargs, nargs, False
+            )
+            state.memo[item.raw] = self._choice(name)
+            del self._pending[item.index, item.raw]
         return True
 
     def _enqueue(self, item: _Item) -> None:

@@ -241,6 +241,9 @@ def _backend(device: Any, flush_l2: bool) -> Backend:
             if not background:
                 yield
                 return
+            # The pending key's copies were queued on the caller's stream: wait for them
+            # before benching on a stream of this thread's own.
+            torch.cuda.synchronize(index)
             stream = streams.get(index)
             if stream is None:
                 stream = streams[index] = torch.cuda.Stream(index)

@@ -88,10 +88,16 @@ def main() -> None:
     a, b, c = mm.operands(250)
     kernel[mm.grid](*mm.args(a, b, c))
     assert kernel.stats["borrowed"] == 1 and len(kernel.pending) == 1
+    c.fill_(7.0)
+    torch.cuda.synchronize()
     assert stored(kernel, *mm.args(a, b, c))[0] is None
     done = kernel.tune_pending()
     assert len(done) == 1 and stored(kernel, *mm.args(a, b, c))[0] is not None
-    ok("M=250 borrowed M=256's config at once, then tune_pending() tuned and stored it")
+    assert bool((c == 7.0).all()), "tune_pending wrote the caller's output"
+    ok(
+        "M=250 borrowed M=256's config at once, then tune_pending() tuned it on copies of its"
+        " arguments (the caller's output untouched) and stored it"
+    )
 
     background = tct.autotune(configs=configs, key=["M", "N", "K"], unseen="background")(
         mm.matmul_kernel
