@@ -527,6 +527,17 @@ def test_a_changed_config_list_reuses_the_stored_timings() -> None:
     assert record.settings["reused_from"] == first.checksum
 
 
+def test_a_store_whose_path_needs_quoting_still_finds_old_entries(tmp_path: Path) -> None:
+    root = tmp_path / "my cache #1"
+    kernel = CpuKernel()
+    times = {16: 2.0, 32: 1.0, 48: 3.0}
+    launch(tuner(kernel, blocks(16, 32, 48), do_bench=TableTimer(kernel, times), root=root), 64)
+    timer = TableTimer(kernel, times)
+    fewer = tuner(kernel, blocks(16, 32), do_bench=timer, root=root)
+    launch(fewer, 64)
+    assert (timer.benched, fewer.stats["reused"]) == ([], 1)
+
+
 def test_a_changed_list_with_borrowing_serves_the_old_winner_until_tuned() -> None:
     kernel = CpuKernel()
     launch(tuner(kernel, blocks(16, 32), do_bench=TableTimer(kernel, {16: 2.0, 32: 1.0})), 64)

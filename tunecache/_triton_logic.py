@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tunecache._triton_keys import KeySpec, config_name, plan_reuse
+from tunecache._triton_keys import KeySpec, Plan, config_name, plan_reuse
 from tunecache.candidates import checksum
 from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Answer, Table
@@ -643,7 +643,7 @@ class Autotuner:
         if path is None or not path.exists():
             return []
         try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
         except sqlite3.Error:
             return []
         try:
@@ -759,7 +759,7 @@ class Autotuner:
             return None
 
     def _kept(
-        self, plan: Any, record: TimingRecord | None, old_names: tuple[str, ...]
+        self, plan: Plan, record: TimingRecord | None, old_names: tuple[str, ...]
     ) -> TimingRecord:
         from tunecache.codec import TimingRecord
 
@@ -771,7 +771,7 @@ class Autotuner:
     def _merged(
         self,
         record: TimingRecord,
-        plan: Any,
+        plan: Plan,
         old_names: tuple[str, ...],
         legal_names: list[str],
     ) -> TimingRecord:
