@@ -155,6 +155,24 @@ def test_every_conv2d_candidate_is_same_padded_cross_correlation(
         _close(got, want, dtype)
 
 
+@given(
+    h=st.integers(1, 24),
+    kh=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_conv2d_on_integers_is_exact_for_every_candidate(h: int, kh: int, seed: int) -> None:
+    # An integer key is legal, and the FFT computes in floating point: its result must be
+    # rounded to the exact integer products, never truncated (2.9999 is 3).
+    rng = _rng(seed)
+    x = rng.integers(-50, 50, (3, h, h + 3))
+    k = rng.integers(-9, 9, (2, 3, kh, kh))
+    want = _reference_conv(x.astype(np.float64), k.astype(np.float64))
+    for name, function in _candidates(ops.conv2d).items():
+        got = function(x, k)
+        assert got.dtype == np.int64, name
+        np.testing.assert_array_equal(got, want.astype(np.int64), err_msg=name)
+
+
 @pytest.mark.parametrize(
     "shape",
     [

@@ -74,7 +74,12 @@ def _pad_same(x: Array, kh: int, kw: int) -> Array:
 
 
 def _conv_out(x: Array, w: Array, out: Array) -> Array:
-    return out.astype(np.result_type(x, w), copy=False)
+    dtype = np.result_type(x, w)
+    if dtype.kind in "iub" and out.dtype.kind not in "iub":
+        # The FFT path computes integer products in floating point: round, never truncate
+        # (2.9999 must come back as 3, as the other candidates' exact products do).
+        out = np.rint(out)
+    return out.astype(dtype, copy=False)
 
 
 def _im2col(x: Array, w: Array) -> Array:
