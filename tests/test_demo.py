@@ -28,14 +28,16 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_demo_tunes_measures_and_counts_what_each_model_kept(cache: Cache) -> None:
-    report = demo.demo([tm.ENCODER, tm.PROJECTOR], cache=cache, pairs=8)
+    report = demo.demo([tm.ENCODER, tm.PROJECTOR], cache=cache, pairs=20)
 
     rows = {r.model: r for r in report.rows}
     assert list(rows) == ["encoder", "projector"]
     encoder = rows["encoder"]
     # The row norm's vectorized candidate is accepted, kept by the encoder, and serves it.
     assert encoder.accepted >= 1 and encoder.kept >= 1 and encoder.used >= 1
-    assert encoder.outcome == "improved" and encoder.speedup > 1 and encoder.pairs == 8
+    # About 20x faster: the paired estimate says so; the classification at alpha 0.01 can
+    # lose a pair or two to a scheduler hiccup on a busy machine, but never calls it slower.
+    assert encoder.outcome != "regressed" and encoder.speedup > 2 and encoder.pairs == 20
     assert encoder.heuristic_ms is not None and encoder.tuned_ms is not None
     assert encoder.low <= encoder.speedup <= encoder.high
     # Every entry the encoder keeps is one it validated, as the store says.
@@ -59,7 +61,7 @@ def test_a_second_demo_tunes_nothing_and_only_measures(cache: Cache) -> None:
     assert {k.action for k in report.keys} <= {"known", "kept"}
     assert report.guard_skipped
     assert cache.count() == entries
-    assert second.rows[0].outcome == "improved" and second.rows[0].kept == first.rows[0].kept
+    assert second.rows[0].speedup > 2 and second.rows[0].kept == first.rows[0].kept
 
 
 def test_demo_refuses_bad_options_before_writing(cache: Cache) -> None:
@@ -147,3 +149,17 @@ def _candidates(m: Model) -> set[str]:
     for captured in p.captured().values():
         names |= set(captured.op.candidates)
     return names
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--share", "2"], ["--measure-pairs", "1"], ["--alpha", "2"], ["--pairs", "1"]],
+)
+def test_cli_demo_refuses_bad_options_in_one_line_before_opening_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, options: list[str]
+) -> None:
+    db = tmp_path / "never.db"
+    code, out, err = _cli(capsys, "demo", "--model", "regression", "--db", str(db), *options)
+    assert code == 2 and out == ""
+    assert err.startswith("tunecache: error: ") and err.count("\n") == 1
+    assert not db.exists()

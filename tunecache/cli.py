@@ -866,9 +866,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     matrix chains, BLAS thread counts) on this device, into its cache, then measure each model
     against its heuristic in paired runs. A second run finds everything tuned and only
     measures. Ctrl-C keeps what was accepted (exit 130)."""
-    from tunecache import demo
+    from tunecache import demo, tune
 
     models = demo.example_models(args.model)
+    # Every option is checked before the cache is opened or a word is printed.
+    alpha = 0.01 if args.alpha is None else args.alpha
+    tune.check_evaluate_options(args.measure_pairs, alpha, _tune_kwargs(args))
     with _open(args) as cache, _progress(args) as progress:
         if not args.json:
             _console(stderr=True).print(
@@ -878,7 +881,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             models,
             cache=cache,
             pairs=args.measure_pairs,
-            alpha=0.01 if args.alpha is None else args.alpha,
+            alpha=alpha,
             tune_options=_tune_kwargs(args),
             progress=progress,
         )
@@ -946,6 +949,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     or --db names one."""
     from tunecache import tune
 
+    tune.check_evaluate_options(
+        args.measure_pairs, 0.01 if args.alpha is None else args.alpha, _tune_kwargs(args)
+    )
     examples = not args.tune and not args.held_out
     if examples:
         from tunecache import examples as workload

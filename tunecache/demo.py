@@ -119,6 +119,7 @@ def demo(
     from tunecache.cache import Cache
 
     started = time.perf_counter()
+    _tune.check_evaluate_options(pairs, alpha, tune_options)
     chosen = example_models() if models is None else [_tune.as_model(m) for m in models]
     if not chosen:
         raise BadArgumentError("the demo needs at least one model")

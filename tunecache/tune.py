@@ -312,10 +312,16 @@ def _check_options(o: _Options) -> None:
     _count("keep", o.keep, 1)
     _count("confirmations", o.confirmations, 1)
     _count("pairs", o.pairs, 1)
-    if o.confirmations * o.pairs < 2:
-        raise BadArgumentError("acceptance needs at least 2 pairs in all (confirmations x pairs)")
     if isinstance(o.alpha, bool) or not isinstance(o.alpha, int | float) or not 0 < o.alpha < 1:
         raise BadArgumentError(f"alpha is a probability in (0, 1), got {o.alpha!r}")
+    # The smallest one-sided p-value n pairs can give is 2**-n: fewer pairs than that can
+    # never accept anything, and every key tried would be rejected, and remembered so.
+    least = max(2, math.ceil(math.log2(1 / o.alpha)))
+    if o.confirmations * o.pairs < least:
+        raise BadArgumentError(
+            f"{o.confirmations} x {o.pairs} pairs can never reach alpha {o.alpha:g}: "
+            f"acceptance needs at least {least} pairs in all (confirmations x pairs)"
+        )
     _seconds("budget", o.budget)
     _seconds("key_budget", o.key_budget)
     if o.key_budget == 0:
@@ -653,29 +659,47 @@ class _Session:
             )
             self.outcome(h, "skipped", entry_id=entry.id, note="; ".join([why, *errors]), **more)
             return
-        borrowed = self.validated_now(now.entry_id) if now.source == "nearest" else None
-        if borrowed is not None:
-            # What runs now is a neighbour's choice this model validated at this very key, and
-            # nothing beat it here: it becomes the key's own decision, with that evidence. A
-            # rejected entry would mask the key down to the heuristic and lose the gain.
-            entry = self.put(
-                h, current, record, "unvalidated", _speedup(record, current, heuristic)
-            )
-            self.record_verdict(entry.id, "validated", borrowed, status="accepted")
-            self.table = self.table.derive(include=[entry.id])
-            note = f"the neighbour's {current!r} stays: nothing beat it here"
-            self.outcome(h, "kept", entry_id=entry.id, note="; ".join([note, *errors]), **more)
+        if now.source == "nearest" and self.keep_borrowed(h, now.choice, record, more, errors):
             return
         entry = self.put(h, tried[0], record, "rejected")
         self.record_verdict(entry.id, "masked", first)
         self.outcome(h, "rejected", entry_id=entry.id, note="; ".join(errors), **more)
 
-    def validated_now(self, entry_id: int | None) -> _accept.Verdict | None:
-        """The paired verdict with which this session validated `entry_id`, if it did."""
-        for done in reversed(self.outcomes):
-            if done.entry_id == entry_id and done.action == "validated":
-                return done.verdict
-        return None
+    def keep_borrowed(
+        self,
+        h: _Heavy,
+        choice: str,
+        record: TimingRecord,
+        more: dict[str, Any],
+        errors: list[str],
+    ) -> bool:
+        """What runs now at this key is a neighbour's `choice`, and no survivor beat it here.
+
+        Rejecting the survivor would mask the key down to the heuristic and lose the
+        neighbour's gain; so the choice is tried at this very key, the heuristic here (A)
+        against the choice here (B), and written as the key's own accepted entry if it wins.
+        """
+        names = h.op.candidates
+        heuristic = h.op._pick_heuristic(h.key)
+        if choice == heuristic:
+            return False
+        a = self.table.derive(add=[(h.key, names, heuristic)])
+        b = self.table.derive(add=[(h.key, names, choice)])
+        verdict, failed = self.trial(a, b, [h.case])
+        if failed is not None or verdict is None or not verdict.accepted:
+            return False
+        entry = self.put(h, choice, record, "unvalidated", _speedup(record, choice, heuristic))
+        self.record_verdict(entry.id, "validated", verdict, status="accepted")
+        self.table = self.table.derive(include=[entry.id])
+        note = f"the neighbour's {choice!r} won here against the heuristic; nothing beat it"
+        self.outcome(
+            h,
+            "accepted",
+            entry_id=entry.id,
+            **{**more, "verdict": verdict},
+            note="; ".join([note, *errors]),
+        )
+        return True
 
     def put(
         self,
@@ -912,6 +936,8 @@ def _steps(s: _Session, *, tune_keys: bool) -> None:
     what = f"{'tuning' if tune_keys else 'validating'} {s.model.name}"
     handled: set[Key] = set()
     for n in range(PASSES):
+        if n and s.out_of_time():
+            break
         try:
             heavy = [h for h in s.profile() if h.key not in handled]
         except Exception:
@@ -1114,6 +1140,22 @@ class Evaluation:
         }
 
 
+def check_evaluate_options(
+    pairs: int, alpha: float, tune_options: Mapping[str, Any] | None = None
+) -> None:
+    """Refuse, in one line, options `evaluate` could not use, before anything runs or opens."""
+    _count("pairs", pairs, 2)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise BadArgumentError(f"alpha is a probability in (0, 1), got {alpha!r}")
+    # The smallest one-sided p-value n pairs can give is 2**-n.
+    least = math.ceil(math.log2(1 / alpha))
+    if pairs < least:
+        raise BadArgumentError(
+            f"{pairs} pairs can never reach alpha {alpha:g}: measure at least {least}"
+        )
+    _check_tune_options(tune_options or {})
+
+
 def evaluate(
     tuned: Sequence[Model | Callable[..., object]],
     held_out: Sequence[Model | Callable[..., object]],
@@ -1135,16 +1177,7 @@ def evaluate(
     not validated first: the report says what reuse gives before any model-specific judgement.
     """
     started = time.perf_counter()
-    _count("pairs", pairs, 2)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
-        raise BadArgumentError(f"alpha is a probability in (0, 1), got {alpha!r}")
-    # The smallest one-sided p-value n pairs can give is 2**-n.
-    least = math.ceil(math.log2(1 / alpha))
-    if pairs < least:
-        raise BadArgumentError(
-            f"{pairs} pairs can never reach alpha {alpha:g}: measure at least {least}"
-        )
-    _check_tune_options(tune_options or {})
+    check_evaluate_options(pairs, alpha, tune_options)
     tuning = [as_model(m) for m in tuned]
     others = [as_model(m) for m in held_out]
     names = [m.name for m in tuning + others]
