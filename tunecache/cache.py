@@ -184,11 +184,13 @@ class Cache:
         path: str | os.PathLike[str] | None = None,
         device: Device | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        cpu: str | None = None,
     ) -> Cache:
         """Open (creating or upgrading as needed) the cache of this device.
 
         The database lives at `paths.database_path(device, root)` unless `path` names a file. A
         database written by a newer tunecache is opened read-only, with a TunecacheWarning.
+        `cpu` names another processor (or a GPU, for a GPU client) than this machine's.
         """
         if device is None:
             device = detect(
@@ -196,6 +198,7 @@ class Cache:
                 client_version=client_version,
                 threads=threads,
                 accelerator=accelerator,
+                cpu=cpu,
             )
         busy_timeout = check_timeout(busy_timeout)
         db = paths.explicit_path(path) if path is not None else paths.database_path(device, root)

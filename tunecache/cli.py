@@ -67,21 +67,45 @@ def _device_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--client-version", help="client library version (needed with --client)")
     group.add_argument("--threads", type=int, help="thread pool size (default: usable CPUs)")
     group.add_argument("--accelerator", help="accelerator name, e.g. 'NVIDIA H200'")
+    group.add_argument("--cpu", help="another CPU model (or GPU name) than this machine's")
+    group.add_argument(
+        "--gpu",
+        type=int,
+        metavar="INDEX",
+        help="the identity tunecache.triton uses for this machine's GPU INDEX (needs torch)",
+    )
     group.add_argument("--root", help="cache root (default: $TUNECACHE_DIR, else the user cache)")
     group.add_argument("--db", help="an explicit database file instead of the device's own")
+
+
+def _device(args: argparse.Namespace) -> Any:
+    """The device identity the options name: this machine's, with any field overridden, or
+    with --gpu the identity tunecache.triton gives this machine's GPU."""
+    from tunecache.device import detect
+
+    if args.gpu is None:
+        return detect(
+            client=args.client,
+            client_version=args.client_version,
+            threads=args.threads,
+            accelerator=args.accelerator,
+            cpu=args.cpu,
+        )
+    named = [f"--{n.replace('_', '-')}" for n in ("client_version", "threads", "accelerator", "cpu")
+             if getattr(args, n) is not None]  # fmt: skip
+    if args.client != "tunecache":
+        named.insert(0, "--client")
+    if named:
+        raise _UsageError(f"--gpu gives the whole identity: drop {' '.join(named)}")
+    from tunecache import triton
+
+    return triton.gpu_device(args.gpu)
 
 
 def _open(args: argparse.Namespace) -> Any:
     from tunecache.cache import Cache
 
-    return Cache.open(
-        client=args.client,
-        client_version=args.client_version,
-        threads=args.threads,
-        accelerator=args.accelerator,
-        root=args.root,
-        path=args.db,
-    )
+    return Cache.open(device=_device(args), root=args.root, path=args.db)
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -1072,10 +1096,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from tunecache.resolve import Table
 
     table = Table.open(
-        client=args.client,
-        client_version=args.client_version,
-        threads=args.threads,
-        accelerator=args.accelerator,
+        device=_device(args),
         root=args.root,
         path=args.db,
         model=args.model,
