@@ -488,6 +488,44 @@ def test_plan_reuse_benches_only_what_the_old_record_cannot_answer() -> None:
     assert plan_reuse(["A"], "AB", "B", failed).bench == ("A",)
 
 
+def test_plan_reuse_never_trusts_a_config_the_old_bench_did_not_reach() -> None:
+    # C has neither samples nor an error: the old bench's budget ran out before it ran. It
+    # lost to nobody, so neither "the winner stays" nor "the best remaining" may skip it.
+    holes = TimingRecord(
+        candidates=(
+            CandidateTiming("A", (1.0,) * 3),
+            CandidateTiming("B", (0.5,) * 3),
+            CandidateTiming("C"),
+        )
+    )
+    removed = plan_reuse(["A", "C"], "ABC", "B", holes)
+    assert removed.choice is None and removed.bench == ("A", "C")
+    assert [c.name for c in removed.keep] == []
+    dropped = plan_reuse(["B", "C"], "ABCD", "B", holes)
+    assert dropped.choice is None and "C" in dropped.bench
+
+
+def test_a_bench_the_budget_cuts_short_is_finished_before_anything_is_stored() -> None:
+    # A 1 ms budget cannot give three configs (one of them 40x slower) their samples: the
+    # key is benched to the end instead of being stored with holes, and says so.
+    kernel = tuner(CpuKernel(), configs()[:2], bench={"budget": 1e-3})
+    launch(kernel, 256)
+    entry = stored(256, kernel)
+    assert entry is not None and entry.choice == kernel.candidates[1]
+    from tunecache.cache import Cache
+
+    with Cache.open(device=GPU) as cache:
+        record = cache.record(entry)
+    assert record is not None and record.settings["budget_overrun"] is True
+    assert all(len(c.samples) >= 1 for c in record.candidates)
+
+
+def test_a_numpy_integer_is_a_size_not_a_tensor() -> None:
+    kernel = tuner(CpuKernel())
+    a, b, out = operands(16)
+    assert kernel.key(a, b, out, np.int64(16), 40, 48) == kernel.key(a, b, out, 16, 40, 48)
+
+
 def test_a_changed_config_list_reuses_the_stored_timings() -> None:
     times = {16: 3.0, 32: 1.0, 48: 2.0, 64: 4.0, 80: 5.0, 8: 0.5}
 

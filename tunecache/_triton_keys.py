@@ -185,7 +185,13 @@ def _size(value: Any) -> int | None:
 
 
 def _is_tensor(value: object) -> bool:
-    return hasattr(value, "dtype") and hasattr(value, "shape")
+    # A numpy integer scalar has a dtype and an empty shape: it is a size, not a tensor.
+    if not (hasattr(value, "dtype") and hasattr(value, "shape")):
+        return False
+    try:
+        return len(value.shape) > 0
+    except TypeError:
+        return True
 
 
 class KeySpec:
@@ -277,9 +283,9 @@ class KeySpec:
             else:
                 facts.append(f"{self.dim_names[name]}={escape(_value_text(value))}")
         dtypes = [
-            dtype_token(d)
+            dtype_token(a.dtype)
             for a in (*args[: len(self.arg_names)], *self._kw_values(kwargs))
-            if (d := getattr(a, "dtype", None)) is not None
+            if _is_tensor(a)
         ]
         tokens = [self.op_token, *dtypes, *facts]
         if self.revision:
@@ -313,6 +319,12 @@ def _measured(timing: CandidateTiming) -> bool:
     return timing.error is None and bool(timing.samples)
 
 
+def _unanswered(timing: CandidateTiming | None) -> bool:
+    """A config the record cannot answer for: absent, or present with neither a sample nor an
+    error (a bench the budget cut short before it ran)."""
+    return timing is None or (timing.error is None and not timing.samples)
+
+
 def plan_reuse(
     legal: Sequence[str],
     old_names: Sequence[str],
@@ -335,9 +347,11 @@ def plan_reuse(
     old = set(old_names)
     legal_timings = tuple(timings[n] for n in legal if n in timings)
     added = [n for n in legal if n not in old]
-    if not added and old_choice in legal:
+    # A config the old bench never got to (its budget ran out) was never beaten by anyone.
+    holes = record is not None and any(_unanswered(timings.get(n)) for n in legal if n in old)
+    if not added and old_choice in legal and not holes:
         return Plan(old_choice, (), legal_timings, "the winner is still a config: kept")
-    missing = [n for n in legal if n not in timings]
+    missing = [n for n in legal if _unanswered(timings.get(n))]
     ranked = sorted(
         (c for c in legal_timings if _measured(c)),
         key=lambda c: statistics.median(c.samples),
@@ -353,7 +367,7 @@ def plan_reuse(
     keep = tuple(
         c if c.error is not None or c.pruned else _pruned_copy(c)
         for c in legal_timings
-        if c.name not in bench
+        if c.name not in bench and not _unanswered(c)
     )
     reason = f"{len(added)} config(s) added: benched with the {len(top)} best before"
     if not added:

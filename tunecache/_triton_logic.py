@@ -704,10 +704,13 @@ class Autotuner:
         kwargs: dict[str, Any],
         nargs: dict[str, Any],
         defer: bool,
+        reset: bool = True,
     ) -> tuple[str, bool]:
         """Decide a key by reuse or by benching, and store it; returns (config name, deferred).
 
         With `defer`, a key whose reuse needs a bench keeps its old winner for now, pending.
+        With `reset`, the caller's `reset_to_zero` arguments are zeroed after the bench, for
+        the real launch that follows; copies tuned later need no reset.
         """
         legal_names = [self._name_of(c) for c in legal]
         previous = self._previous(state, key, names, legal_names)
@@ -734,8 +737,9 @@ class Autotuner:
             # Every config failed: as Triton, launch the first and let its error surface.
             return legal_names[0], False
         self._write(state, key, names, best, record)
-        winner = self._by_name[best]
-        self.pre_hook({**nargs, **kwargs, **_all_kwargs(winner)}, reset_only=True)
+        if reset:
+            winner = self._by_name[best]
+            self.pre_hook({**nargs, **kwargs, **_all_kwargs(winner)}, reset_only=True)
         return best, False
 
     def _previous(
@@ -859,13 +863,20 @@ class Autotuner:
             return timed
 
         options = {**backend.bench, **self.options.bench}
-        result = _bench.bench(
-            {n: guarded(c) for n, c in runnable.items()}, sync=backend.sync, **options
-        )
+        candidates = {n: guarded(c) for n, c in runnable.items()}
+        result = _bench.bench(candidates, sync=backend.sync, **options)
+        finished = False
+        if not result.complete and not unexpected:
+            # The budget ran out before every config had its samples (slow kernels: about
+            # 8 ms a launch with 12 configs). A key is tuned once per device, and a ranking
+            # with holes would be served for good: finish the measurement without the budget.
+            result = _bench.bench(candidates, sync=backend.sync, **{**options, "budget": None})
+            finished = True
         if unexpected:
             raise unexpected[0]
         measured = {c.name: c for c in result.record.candidates}
         more = {k: v for k, v in result.record.settings.items()}
+        more["budget_overrun"] = finished
         more["l2_flush"] = flush is not None
         return measured, result.best, more
 
@@ -1022,8 +1033,10 @@ class Autotuner:
             if (item.index, item.raw) not in self._pending:
                 return False
             nargs = dict(zip(self.arg_names, args, strict=False))
+            # Tuned on copies of the arguments: no launch follows on them, so no reset (one on
+            # a background stream could still be queued when the copies are freed).
             name, _ = self._settle(
-                state, item.key, item.names, item.legal, args, kwargs, nargs, False
+                state, item.key, item.names, item.legal, args, kwargs, nargs, False, reset=False
             )
             state.memo[item.raw] = self._choice(name)
             del self._pending[item.index, item.raw]

@@ -339,6 +339,9 @@ def child(
     import torch
     import triton
 
+    # The decoration is timed too, tunecache's import included: work moved there from the
+    # first call must still count.
+    t0 = time.perf_counter()
     if mode == "triton":
         kernel = triton.autotune(configs=mm.CONFIGS, key=KEY, cache_results=True)(mm.matmul_kernel)
     else:
@@ -347,6 +350,7 @@ def child(
         kernel = tct.autotune(configs=mm.CONFIGS, key=KEY, unseen="borrow", root=root)(
             mm.matmul_kernel
         )
+    decorate = time.perf_counter() - t0
     ops = {m: mm.operands(m)}
     for index in [int(i) for i in preload.split(",")] if preload else []:
         launch_config(mm.CONFIGS[index], m, ops)()
@@ -374,6 +378,7 @@ def child(
         json.dumps(
             {
                 "first": first,
+                "decorate": decorate,
                 "second": second,
                 "imported": heavy,
                 "benched": benched,
@@ -429,19 +434,32 @@ def warm_first_call(m: int, repeats: int, profile: bool, part1: dict[str, Any]) 
             for mode in ["tunecache", "triton"] if r % 2 == 0 else ["triton", "tunecache"]:
                 runs[mode].append(run_child(mode, m, preload=loaded))
         med = {k: statistics.median(r["first"] for r in v) for k, v in runs.items()}
-        ratios[label] = med["tunecache"] / med["triton"]
+        both = {
+            k: statistics.median(r["decorate"] + r["first"] for r in v) for k, v in runs.items()
+        }
+        ratios[label] = both["tunecache"] / both["triton"]
         say(f"   {label}:")
         for mode, got in runs.items():
             firsts = ", ".join(f"{r['first'] * 1e3:.1f}" for r in got)
             second = statistics.median(r["second"] for r in got) * 1e3
+            decorate = statistics.median(r["decorate"] for r in got) * 1e3
             say(
                 f"     {mode:<10} first call {med[mode] * 1e3:8.1f} ms (runs: {firsts});"
-                f" second call {second:.2f} ms; benched: {any(r['benched'] for r in got)};"
+                f" decoration {decorate:.2f} ms; decoration + first call"
+                f" {both[mode] * 1e3:.1f} ms; second call {second:.2f} ms;"
+                f" benched: {any(r['benched'] for r in got)};"
                 f" SQLAlchemy/Alembic imported: {got[0]['imported'] or 'no'}"
             )
-        say(f"     tunecache / triton cache_results: {ratios[label]:.3f}")
+        say(
+            f"     tunecache / triton cache_results: first call"
+            f" {med['tunecache'] / med['triton']:.3f}, decoration + first call"
+            f" {ratios[label]:.3f}"
+        )
     verdict = "met" if ratios["end to end"] < 1 else "NOT met"
-    say(f"   target: a warm first call faster than Triton's cache_results path: {verdict}")
+    say(
+        "   target: a warm first call (decoration included) faster than Triton's cache_results"
+        f" path: {verdict}"
+    )
     say("   (end to end, both pay Triton's one-time JIT costs: hashing its own sources and loading")
     say("   the kernel module; preloaded, the first call is the autotuner's lookup and one launch)")
 
