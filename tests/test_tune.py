@@ -470,18 +470,7 @@ def test_a_budget_that_stops_short_of_an_answer_remembers_no_no(cache: Cache) ->
     # "tricky" is fastest alone but raises inside the model; "fast" works. A budget spent
     # after tricky's trial leaves fast untried: no verdict may be kept, and the next session
     # takes the key up again and accepts fast.
-    op = tunecache.Tunable(
-        "ttbudget_F64",
-        dims=("n",),
-        shape=lambda n: (n,),
-        candidates={
-            "base": _sleeper("base", 0.02),
-            "tricky": _sleeper("tricky", 0.001, inside_raises=True),
-            "fast": _sleeper("fast", 0.004),
-        },
-        heuristic="base",
-        register=False,
-    )
+    op = _borrowing_op("ttbudget_F64")
     model = tune.Model("budgeted", lambda: op(1))
 
     # drop_ratio 10: "fast" (4x tricky's time) survives the bench to be tried after it.

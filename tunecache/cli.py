@@ -809,6 +809,14 @@ def _change(speedup: float | None) -> str:
     return f"{(1 / speedup - 1) * 100:+.1f}%"
 
 
+def _paired(pairs: int, speedup: float, low: float, high: float, p: float) -> list[str]:
+    """A paired comparison's cells: the change, its interval (a faster time is the high
+    speedup) and p; dashes when nothing was measured."""
+    if not pairs:
+        return ["-", "-", "-"]
+    return [_change(speedup), f"[{_change(high)}, {_change(low)}]", f"{p:.3g}"]
+
+
 def _print_tune(console: Console, report: Any) -> None:
     title = f"{report.model} (fingerprint {report.fingerprint}, {len(report.scenarios)} scenarios)"
     table = _table(title, "key", "share", "action", "runs", "heuristic", "change", "p", "pairs")
@@ -924,9 +932,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             str(r.scenarios),
             _num(r.heuristic_ms),
             _num(r.tuned_ms),
-            _change(r.speedup) if r.pairs else "-",
-            f"[{_change(r.high)}, {_change(r.low)}]" if r.pairs else "-",
-            f"{r.p_value:.3g}" if r.pairs else "-",
+            *_paired(r.pairs, r.speedup, r.low, r.high, r.p_value),
             str(r.used),
             str(r.kept),
             str(r.masked),
@@ -1018,9 +1024,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             r.group,
             _num(r.heuristic_ms),
             _num(r.cached_ms),
-            _change(r.speedup) if r.pairs else "-",
-            f"[{_change(r.high)}, {_change(r.low)}]" if r.pairs else "-",
-            f"{p:.3g}" if r.pairs else "-",
+            *_paired(r.pairs, r.speedup, r.low, r.high, p),
             str(r.pairs),
             str(r.entries),
             r.outcome + (f" ({r.note})" if r.note else ""),
