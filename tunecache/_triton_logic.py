@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tunecache._triton_keys import KeySpec, Plan, config_name, plan_reuse
 from tunecache.candidates import checksum
 from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
-from tunecache.resolve import DEFAULT_MAX_DISTANCE, Answer, Table
+from tunecache.resolve import DEFAULT_MAX_DISTANCE, Answer, Table, check_max_distance
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -188,15 +188,7 @@ class Options:
         if unseen not in UNSEEN:
             raise BadArgumentError(f"unseen must be one of {UNSEEN}, got {unseen!r}")
         self.unseen = unseen
-        if (
-            isinstance(max_distance, bool)
-            or not isinstance(max_distance, int | float)
-            or not 0 <= max_distance < math.inf
-        ):
-            raise BadArgumentError(
-                f"max_distance is a finite number >= 0 (0 borrows nothing), got {max_distance!r}"
-            )
-        self.max_distance = float(max_distance)
+        self.max_distance = check_max_distance(max_distance)
         if dims is not None and (
             isinstance(dims, str)
             or not isinstance(dims, Sequence)

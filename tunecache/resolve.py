@@ -47,6 +47,7 @@ __all__ = [
     "Answer",
     "Explanation",
     "Table",
+    "check_max_distance",
     "current",
     "set_default",
     "using",
@@ -501,6 +502,15 @@ def _check_scenarios(scenarios: object) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def check_max_distance(value: object) -> float:
+    """A nearest-shape cap as a float, or BadArgumentError: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise BadArgumentError(
+            f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
+        )
+    return float(value)
+
+
 class Table:
     """A read-only view of one device's decisions, as one model sees them.
 
@@ -530,19 +540,11 @@ class Table:
             raise BadArgumentError("a model is named by a non-empty string")
         if use == "own" and model is None:
             raise BadArgumentError("use='own' needs a model: whose validations count?")
-        if (
-            isinstance(max_distance, bool)
-            or not isinstance(max_distance, int | float)
-            or not 0 <= max_distance < math.inf
-        ):
-            raise BadArgumentError(
-                f"max_distance is a finite number >= 0 (0 borrows nothing), got {max_distance!r}"
-            )
         self._reader = reader
         self.model = model
         self.fingerprint = fingerprint
         self.use = use
-        self.max_distance = float(max_distance)
+        self.max_distance = check_max_distance(max_distance)
         #: symbolic dims and their tuned sizes, as the model declared them
         self.scenarios = _check_scenarios(scenarios)
         self._symbolic = frozenset(self.scenarios)

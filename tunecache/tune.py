@@ -305,6 +305,12 @@ def _seconds(what: str, value: object) -> None:
         raise BadArgumentError(f"{what} is a number of seconds >= 0, got {value!r}")
 
 
+def _least_pairs(alpha: float) -> int:
+    """The fewest pairs that can reach `alpha`: the smallest one-sided p-value n pairs can
+    give is 2**-n."""
+    return math.ceil(math.log2(1 / alpha))
+
+
 def _check_options(o: _Options) -> None:
     """Every option checked before anything runs or is written: a bad one is one line."""
     if isinstance(o.share, bool) or not isinstance(o.share, int | float) or not 0 <= o.share < 1:
@@ -314,9 +320,9 @@ def _check_options(o: _Options) -> None:
     _count("pairs", o.pairs, 1)
     if isinstance(o.alpha, bool) or not isinstance(o.alpha, int | float) or not 0 < o.alpha < 1:
         raise BadArgumentError(f"alpha is a probability in (0, 1), got {o.alpha!r}")
-    # The smallest one-sided p-value n pairs can give is 2**-n: fewer pairs than that can
-    # never accept anything, and every key tried would be rejected, and remembered so.
-    least = max(2, math.ceil(math.log2(1 / o.alpha)))
+    # Fewer pairs can never accept anything: every key tried would be rejected, and
+    # remembered so.
+    least = max(2, _least_pairs(o.alpha))
     if o.confirmations * o.pairs < least:
         raise BadArgumentError(
             f"{o.confirmations} x {o.pairs} pairs can never reach alpha {o.alpha:g}: "
@@ -628,11 +634,7 @@ class _Session:
             if len(tried) == 1:
                 first = verdict
             if verdict is not None and verdict.accepted:
-                # Two commits, each leaving a state that is safe to be killed in: unvalidated
-                # (served to no model), then this model's verdict and "accepted" together.
-                entry = self.put(h, name, record, "unvalidated", _speedup(record, name, current))
-                self.record_verdict(entry.id, "validated", verdict, status="accepted")
-                self.table = self.table.derive(include=[entry.id])
+                entry = self.accept_entry(h, name, record, verdict, current)
                 self.outcome(
                     h,
                     "accepted",
@@ -688,9 +690,7 @@ class _Session:
         verdict, failed = self.trial(a, b, [h.case])
         if failed is not None or verdict is None or not verdict.accepted:
             return False
-        entry = self.put(h, choice, record, "unvalidated", _speedup(record, choice, heuristic))
-        self.record_verdict(entry.id, "validated", verdict, status="accepted")
-        self.table = self.table.derive(include=[entry.id])
+        entry = self.accept_entry(h, choice, record, verdict, heuristic)
         note = f"the neighbour's {choice!r} won here against the heuristic; nothing beat it"
         self.outcome(
             h,
@@ -700,6 +700,24 @@ class _Session:
             note="; ".join([note, *errors]),
         )
         return True
+
+    def accept_entry(
+        self,
+        h: _Heavy,
+        choice: str,
+        record: TimingRecord,
+        verdict: _accept.Verdict,
+        against: str,
+    ) -> Entry:
+        """Write `choice` for the key as accepted, with this model's verdict, and serve it.
+
+        Two commits, each a state that is safe to be killed in: unvalidated (served to no
+        model), then this model's verdict and "accepted" together.
+        """
+        entry = self.put(h, choice, record, "unvalidated", _speedup(record, choice, against))
+        self.record_verdict(entry.id, "validated", verdict, status="accepted")
+        self.table = self.table.derive(include=[entry.id])
+        return entry
 
     def put(
         self,
@@ -1147,8 +1165,7 @@ def check_evaluate_options(
     _count("pairs", pairs, 2)
     if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
         raise BadArgumentError(f"alpha is a probability in (0, 1), got {alpha!r}")
-    # The smallest one-sided p-value n pairs can give is 2**-n.
-    least = math.ceil(math.log2(1 / alpha))
+    least = _least_pairs(alpha)
     if pairs < least:
         raise BadArgumentError(
             f"{pairs} pairs can never reach alpha {alpha:g}: measure at least {least}"
