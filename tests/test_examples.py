@@ -46,7 +46,7 @@ def _close(got: Array, want: Array, dtype: Any) -> None:
 
 
 def _candidates(op: dispatch.Tunable[Any, Any]) -> dict[str, Callable[..., Array]]:
-    return dict(op._candidates)
+    return dict(op.functions)
 
 
 # --- the ops' declarations: their candidate lists are part of every stored entry --------------
@@ -60,10 +60,10 @@ def test_each_op_declares_its_candidates_and_the_library_heuristic() -> None:
     assert ops.matmul.candidates == ("all_threads", "one_thread")
     one = np.ones((2, 2), dtype=np.float32)
     picks = {
-        "conv2d": ops.conv2d._pick_heuristic(ops.conv2d.key(one[None], one[None, None])),
-        "chain3": ops.chain3._pick_heuristic(ops.chain3.key(one, one, one)),
-        "chain4": ops.chain4._pick_heuristic(ops.chain4.key(one, one, one, one)),
-        "matmul": ops.matmul._pick_heuristic(ops.matmul.key(one, one)),
+        "conv2d": ops.conv2d.heuristic_for(ops.conv2d.key(one[None], one[None, None])),
+        "chain3": ops.chain3.heuristic_for(ops.chain3.key(one, one, one)),
+        "chain4": ops.chain4.heuristic_for(ops.chain4.key(one, one, one, one)),
+        "matmul": ops.matmul.heuristic_for(ops.matmul.key(one, one)),
     }
     assert picks == {
         "conv2d": "im2col",
@@ -480,7 +480,7 @@ def test_tuning_a_model_writes_only_legal_choices(cache: Cache) -> None:
         op = ops_by_signature[entry.key.signature.split("_")[0]]
         assert entry.candidates == op.candidates
         assert entry.choice in op.candidates
-        assert entry.heuristic == op._pick_heuristic(entry.key)
+        assert entry.heuristic == op.heuristic_for(entry.key)
         assert entry.status in ("accepted", "rejected", "unvalidated")
     outcomes = {k.key: k for k in report.keys}
     assert set(outcomes) <= EXPECTED_KEYS["regression"]

@@ -10,7 +10,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tunecache.errors import BadKeyError
-from tunecache.keys import MAX_DIM, MAX_TEXT_LEN, Bucketing, Key, format_key, make_key, parse
+from tunecache.bucketing import Bucketing
+from tunecache.keys import MAX_DIM, MAX_TEXT_LEN, Key, format_key, make_key, parse
 
 RFC_TEXT = "einsum_nk,km->mn_F32_F32_F32_b1_m288_k96_n64_aconst_nstrided"
 RFC_SIGNATURE = "einsum_nk,km->mn_F32_F32_F32_aconst_nstrided"

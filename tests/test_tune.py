@@ -183,7 +183,7 @@ def test_an_entry_that_hurts_a_model_is_masked_for_it_only(cache: Cache) -> None
         "ttrownorm_F64",
         dims=("m", "n"),
         shape=lambda x: x.shape,
-        candidates={"loop": tm.loop._candidates["loop"], "vectorized": tm._vectorized},
+        candidates={"loop": tm.loop.functions["loop"], "vectorized": tm._vectorized},
         heuristic="vectorized",
         register=False,
     )
@@ -240,7 +240,7 @@ def test_a_declared_bound_stops_the_bench_and_sync_brackets_every_timing(cache: 
         "ttbound_F64",
         dims=("m", "n"),
         shape=lambda x: x.shape,
-        candidates={"loop": tm.loop._candidates["loop"], "vectorized": tm._vectorized},
+        candidates={"loop": tm.loop.functions["loop"], "vectorized": tm._vectorized},
         heuristic="loop",
         bound=lambda m, n: 1.0,
         register=False,
@@ -348,7 +348,7 @@ def test_a_choice_that_breaks_the_model_is_rejected_not_fatal(cache: Cache) -> N
         "ttfragile_F64",
         dims=("m", "n"),
         shape=lambda x: x.shape,
-        candidates={"loop": tm.loop._candidates["loop"], "fragile": fragile},
+        candidates={"loop": tm.loop.functions["loop"], "fragile": fragile},
         heuristic="loop",
         register=False,
     )
@@ -407,7 +407,7 @@ def test_one_model_never_rewrites_another_models_decision(cache: Cache) -> None:
         "ttshared_F64",
         dims=("m",),
         shape=lambda x: (x.shape[0],),
-        candidates={"base": tm.loop._candidates["loop"], "fast": fast},
+        candidates={"base": tm.loop.functions["loop"], "fast": fast},
         heuristic="base",
         register=False,
     )
@@ -501,7 +501,7 @@ def test_a_choice_that_breaks_another_scenario_is_masked_by_the_guard(cache: Cac
         "ttmod8_F64",
         dims=("m",),
         shape=lambda x: (x.shape[0],),
-        candidates={"base": tm.loop._candidates["loop"], "fast": fast},
+        candidates={"base": tm.loop.functions["loop"], "fast": fast},
         heuristic="base",
         register=False,
     )

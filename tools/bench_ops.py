@@ -67,8 +67,8 @@ def _bound(function: Callable[..., object], *args: Array) -> Callable[[], object
 def _op_row(op: Tunable[Any, Any], *args: Array, claim: str = "", winner: str = "") -> Row:
     """A row for one call of a shipped op: every candidate, on these very arguments."""
     key = op.key(*args)
-    functions = {name: _bound(f, *args) for name, f in op._candidates.items()}
-    return Row(key.text, functions, op._pick_heuristic(key), claim, winner)
+    functions = {name: _bound(f, *args) for name, f in op.functions.items()}
+    return Row(key.text, functions, op.heuristic_for(key), claim, winner)
 
 
 def _rng() -> np.random.Generator:

@@ -13,16 +13,20 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache._version import __version__
 from tunecache.errors import (
+    BadArgumentError,
     BadKeyError,
     BadRecordError,
     CodecError,
     DeviceMismatchError,
+    NotFoundError,
     ReadOnlyStoreError,
     SchemaTooNewError,
+    SQLiteDefectWarning,
     StoreBusyError,
     StoreError,
     TunecacheError,
     TunecacheWarning,
+    TuneInterrupted,
 )
 from tunecache.keys import Key, format_key, make_key, parse
 
@@ -61,14 +65,18 @@ __all__ = [
     "tunable",
     "using",
     # errors
+    "BadArgumentError",
     "BadKeyError",
     "BadRecordError",
     "CodecError",
     "DeviceMismatchError",
+    "NotFoundError",
     "ReadOnlyStoreError",
     "SchemaTooNewError",
+    "SQLiteDefectWarning",
     "StoreBusyError",
     "StoreError",
+    "TuneInterrupted",
     "TunecacheError",
     "TunecacheWarning",
 ]

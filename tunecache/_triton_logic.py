@@ -803,7 +803,7 @@ class Autotuner:
                 if backend.sync is not None:
                     backend.sync()
             except backend.failures as error:
-                errors[name] = _bench._error_text(error)
+                errors[name] = _bench.error_text(error)
         runnable = {n: c for n, c in calls.items() if n not in errors}
         settings: dict[str, Any] = {"kernel": self.spec.op, "configs": len(self.configs)}
         if not runnable:
@@ -824,7 +824,7 @@ class Autotuner:
             for n in calls
             if n in errors or n in measured
         )
-        record = TimingRecord(candidates=timings, settings=settings, env=_bench._environment())
+        record = TimingRecord(candidates=timings, settings=settings, env=_bench.environment())
         self.configs_timings = {
             self._by_name[c.name]: _quantiles_ms(c.samples if c.error is None else ())
             for c in timings
@@ -886,9 +886,9 @@ class Autotuner:
             try:
                 got = do_bench(call, quantiles=(0.5, 0.2, 0.8))
             except self.backend.failures as error:
-                from tunecache.bench import _error_text
+                from tunecache.bench import error_text
 
-                measured[name] = CandidateTiming(name, error=_error_text(error))
+                measured[name] = CandidateTiming(name, error=error_text(error))
                 continue
             values = [float(v) for v in (got if isinstance(got, list | tuple) else [got])]
             if not values or not all(math.isfinite(v) and v >= 0 for v in values):

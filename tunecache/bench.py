@@ -80,6 +80,9 @@ __all__ = [
     "BenchResult",
     "Stopped",
     "bench",
+    "check_settings",
+    "environment",
+    "error_text",
     "survivors",
 ]
 
@@ -187,18 +190,18 @@ def bench(
     candidate that raises an Exception is recorded with its error and skipped; KeyboardInterrupt
     and SystemExit propagate. Raises BadArgumentError for bad options or no candidates.
     """
-    _check_options(
-        candidates,
-        min_samples,
-        max_samples,
-        drop_ratio,
-        lower_bound,
-        bound_threshold,
-        budget,
-        sample_time,
-        warmup,
-        sync,
-        clock,
+    _check_candidates(candidates)
+    check_settings(
+        min_samples=min_samples,
+        max_samples=max_samples,
+        drop_ratio=drop_ratio,
+        lower_bound=lower_bound,
+        bound_threshold=bound_threshold,
+        budget=budget,
+        sample_time=sample_time,
+        warmup=warmup,
+        sync=sync,
+        clock=clock,
     )
     run = _Run(candidates, sample_time, warmup, budget, sync, clock)
     run.probe_all()
@@ -344,7 +347,7 @@ class _Run:
             if sync is not None:
                 sync()
         except Exception as e:
-            self.errors[name] = _error_text(e)
+            self.errors[name] = error_text(e)
             return max(0.0, clock() - t0)
         took = max(0.0, clock() - t0)
         self.probes[name] = took
@@ -370,7 +373,7 @@ class _Run:
                 took = self.timed(fn, loops)
                 batches += 1
         except Exception as e:
-            self.errors[name] = _error_text(e)
+            self.errors[name] = error_text(e)
             return
         self.loops[name] = loops
         # The last batch (or the probe, if it already lasted sample_time) is a real measurement
@@ -385,7 +388,7 @@ class _Run:
         try:
             took = self.timed(self.fns[name], loops)
         except Exception as e:
-            self.errors[name] = _error_text(e)
+            self.errors[name] = error_text(e)
             self.active.remove(name)
             return False
         self.samples[name].append(took / loops)
@@ -459,7 +462,7 @@ class _Run:
             )
             for name in self.order
         )
-        record = codec.TimingRecord(candidates=timings, settings=settings, env=_environment())
+        record = codec.TimingRecord(candidates=timings, settings=settings, env=environment())
         medians = {c.name: float(statistics.median(c.samples)) for c in timings if c.samples}
         index = {name: i for i, name in enumerate(self.order)}
         ranking = tuple(
@@ -508,7 +511,7 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
     return ordered[trim], ordered[-1 - trim]
 
 
-def _error_text(e: Exception) -> str:
+def error_text(e: Exception) -> str:
     """An exception as one bounded line: its type, then its message."""
     message = " ".join(str(e).split())[:300]
     text = f"{type(e).__name__}: {message}" if message else type(e).__name__
@@ -516,7 +519,7 @@ def _error_text(e: Exception) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _environment() -> dict[str, codec.Scalar]:
+def environment() -> dict[str, codec.Scalar]:
     """What the timings depend on besides the device identity, as CBOR scalars."""
     return {
         "python": platform.python_version(),
@@ -549,22 +552,8 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_options(
-    candidates: Mapping[str, Callable[[], object]],
-    min_samples: int,
-    max_samples: int,
-    drop_ratio: float,
-    lower_bound: float | None,
-    bound_threshold: float,
-    budget: float | None,
-    sample_time: float,
-    warmup: int,
-    sync: Callable[[], object] | None,
-    clock: Callable[[], float],
-) -> None:
-    """Refuse options `bench` cannot honour, with one line that names the option."""
-    # The annotations say what is meant; callers without a type checker pass anything, so
-    # every check is made at run time too.
+def _check_candidates(candidates: object) -> None:
+    """Refuse candidates that are not a non-empty mapping of names to callables."""
     if not isinstance(candidates, Mapping) or not candidates:
         raise BadArgumentError("candidates must be a non-empty mapping of name -> callable")
     for name, fn in candidates.items():
@@ -572,6 +561,29 @@ def _check_options(
             raise BadArgumentError(f"candidate names must be non-empty str, got {name!r}")
         if not callable(fn):
             raise BadArgumentError(f"candidate {name!r} is not callable")
+
+
+def check_settings(
+    *,
+    min_samples: int = 3,
+    max_samples: int = 10,
+    drop_ratio: float = 1.5,
+    lower_bound: float | None = None,
+    bound_threshold: float = 0.8,
+    budget: float | None = 1.0,
+    sample_time: float = SAMPLE_TIME,
+    warmup: int = 1,
+    sync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Refuse settings `bench` cannot honour, with one line that names the option.
+
+    `bench` calls it first; a caller that passes settings on to `bench` later (the tuner)
+    calls it up front, so a bad option is refused before anything runs. The defaults are
+    `bench`'s own.
+    """
+    # The annotations say what is meant; callers without a type checker pass anything, so
+    # every check is made at run time too.
     if not _is_count(min_samples) or min_samples < 1:
         raise BadArgumentError(f"min_samples must be an int >= 1, got {min_samples!r}")
     if not _is_count(max_samples) or max_samples < min_samples:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from tunecache.errors import BadKeyError
-from tunecache.keys import _DIM_NAME, MAX_DIM, Key
+from tunecache.keys import MAX_DIM, Key, is_dim_name
 
 __all__ = ["Bucketing"]
 
@@ -86,7 +86,7 @@ class Bucketing:
                 raise BadKeyError(f"bucketing dims must be a set of dim names, not {self.dims!r}")
             names = frozenset(self.dims)
             for name in names:
-                if not isinstance(name, str) or not _DIM_NAME.fullmatch(name):
+                if not is_dim_name(name):
                     raise BadKeyError(f"bad dim name {name!r} in bucketing dims")
             object.__setattr__(self, "dims", names)
         object.__setattr__(self, "_table", None if base is None else _TABLES[base])

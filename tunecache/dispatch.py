@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from tunecache import resolve as _resolve
@@ -104,6 +105,11 @@ class Tunable(Generic[P, R]):
         """The legal candidates' names, in declaration order (their checksum is the list's)."""
         return tuple(self._candidates)
 
+    @property
+    def functions(self) -> Mapping[str, Callable[P, R]]:
+        """Each legal candidate's function, by name, in declaration order (a read-only view)."""
+        return MappingProxyType(self._candidates)
+
     def add(self, name: str, function: Callable[P, R]) -> None:
         """Add a legal candidate; every memo starts over, as the candidate list changed."""
         if not isinstance(name, str) or not name:
@@ -173,7 +179,9 @@ class Tunable(Generic[P, R]):
             )
         return make_key(signature, list(zip(self.dims, values, strict=True)))
 
-    def _pick_heuristic(self, key: Key) -> str:
+    def heuristic_for(self, key: Key) -> str:
+        """The runtime's own pick at this key: the declared heuristic, or what its function of
+        the dims returns (BadArgumentError if that is not a candidate)."""
         if isinstance(self._heuristic, str):
             return self._heuristic
         name = self._heuristic(*(value for _, value in key.dims))
@@ -197,13 +205,13 @@ class Tunable(Generic[P, R]):
     def resolve(self, *args: P.args, **kwargs: P.kwargs) -> _resolve.Answer:
         """What the current table answers for a call with these arguments (no call is made)."""
         key = self.key(*args, **kwargs)
-        return _resolve.current().resolve(key, self.candidates, self._pick_heuristic(key))
+        return _resolve.current().resolve(key, self.candidates, self.heuristic_for(key))
 
     def _miss(
         self, table: _resolve.Table, memo: dict[Any, Callable[P, R]], raw: Any
     ) -> Callable[P, R]:
         key = self._key(raw)
-        candidates, heuristic = self.candidates, self._pick_heuristic(key)
+        candidates, heuristic = self.candidates, self.heuristic_for(key)
         answer = table.resolve(key, candidates, heuristic)
         function = self._candidates[answer.choice]
         if len(self._keys) >= _resolve.MEMO_LIMIT:

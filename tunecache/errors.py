@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunecache.tune import TuneReport
+
 __all__ = [
     "BadArgumentError",
     "BadKeyError",
     "BadRecordError",
     "CodecError",
     "DeviceMismatchError",
+    "NotFoundError",
     "ReadOnlyStoreError",
     "SchemaTooNewError",
     "StoreBusyError",
+    "SQLiteDefectWarning",
     "StoreError",
+    "TuneInterrupted",
     "TunecacheError",
     "TunecacheWarning",
 ]
@@ -46,6 +54,10 @@ class CodecError(BadRecordError):
     """Bytes that are not a valid, bounded tunecache CBOR record."""
 
 
+class NotFoundError(TunecacheError):
+    """Nothing in the cache matches what was asked for (exit status 1)."""
+
+
 class DeviceMismatchError(TunecacheError):
     """Data from one device identity offered to a cache of another."""
 
@@ -78,3 +90,19 @@ class ReadOnlyStoreError(StoreError):
 
 class TunecacheWarning(UserWarning):
     """Something the host program should hear about, that must not stop it."""
+
+
+class SQLiteDefectWarning(TunecacheWarning):
+    """The SQLite library this Python uses has a known defect in WAL mode."""
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a tuning session: what was accepted is stored; `report` says what was done.
+
+    A KeyboardInterrupt, so code that stops on Ctrl-C still stops; `report` is the session's
+    `tunecache.tune.TuneReport` up to the interrupt.
+    """
+
+    def __init__(self, report: TuneReport) -> None:
+        super().__init__("tuning interrupted")
+        self.report = report

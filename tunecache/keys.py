@@ -1,4 +1,4 @@
-"""Keys for tuning decisions, their one canonical text form, and shape bucketing.
+"""Keys for tuning decisions and their one canonical text form.
 
 A key is an op signature plus named integer dims. Its text form is the RFC one::
 
@@ -28,19 +28,16 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from tunecache.errors import BadKeyError
-
-if TYPE_CHECKING:
-    from tunecache.bucketing import Bucketing
 
 __all__ = [
     "MAX_DIM",
     "MAX_TEXT_LEN",
-    "Bucketing",
     "Key",
     "format_key",
+    "is_dim_name",
     "make_key",
     "parse",
 ]
@@ -135,9 +132,14 @@ def _check_signature(signature: object) -> None:
         pos += len(token) + 1
 
 
+def is_dim_name(name: object) -> TypeGuard[str]:
+    """Whether `name` is a legal dim name: lowercase letters a-z only, at least one."""
+    return isinstance(name, str) and _DIM_NAME.fullmatch(name) is not None
+
+
 def _check_dim(name: object, value: object, seen: set[str]) -> tuple[str, int]:
     """Return (name, value) as a dim pair, or raise if either is not a legal dim."""
-    if not isinstance(name, str) or not _DIM_NAME.fullmatch(name):
+    if not is_dim_name(name):
         raise BadKeyError(f"bad dim name {name!r}: a dim name is lowercase letters a-z only")
     if name in seen:
         raise BadKeyError(f"duplicate dim name {name!r}")
@@ -249,14 +251,3 @@ def parse(text: str) -> Key:
                     "(or at the end if there is none); " + _uppercase_hint(token),
                 )
     return Key("_".join(signature_tokens), tuple(dims))
-
-
-def __getattr__(name: str) -> Any:
-    # Bucketing lives in tunecache.bucketing: its boundary tables, fractions and dataclasses cost
-    # a resolver's cold start ~15 ms, and only tuning needs them. `from tunecache.keys import
-    # Bucketing` keeps working (PEP 562).
-    if name == "Bucketing":
-        from tunecache.bucketing import Bucketing
-
-        return Bucketing
-    raise AttributeError(f"module 'tunecache.keys' has no attribute {name!r}")

@@ -28,7 +28,7 @@ from tunecache import codec, paths
 from tunecache.cache import Cache
 from tunecache.candidates import candidate_names, checksum
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError, CodecError, TunecacheError
+from tunecache.errors import BadArgumentError, CodecError, NotFoundError, TunecacheError
 from tunecache.keys import Key, parse
 from tunecache.store import migrate
 from tunecache.store.engine import busy_errors
@@ -126,10 +126,6 @@ EXAMPLE_QUERIES: tuple[tuple[str, str], ...] = (
 Progress = Callable[[str, int, int], None]
 
 _CHUNK = 500
-
-
-class NotFoundError(TunecacheError):
-    """Nothing in the cache matches what was asked for (exit status 1)."""
 
 
 def _jsonable(value: Any) -> Any:

@@ -50,7 +50,7 @@ from tunecache import accept as _accept
 from tunecache import bench as _bench
 from tunecache import dispatch, stats
 from tunecache._digest import sha256
-from tunecache.errors import BadArgumentError
+from tunecache.errors import BadArgumentError, TuneInterrupted
 from tunecache.keys import Key
 from tunecache.resolve import Table, using
 
@@ -258,14 +258,6 @@ class TuneReport:
         }
 
 
-class TuneInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a session: what was accepted is stored; `report` says what was done."""
-
-    def __init__(self, report: TuneReport) -> None:
-        super().__init__("tuning interrupted")
-        self.report = report
-
-
 # --- one session -------------------------------------------------------------------------------
 
 
@@ -336,9 +328,7 @@ def _check_options(o: _Options) -> None:
     if unknown:
         raise BadArgumentError(f"unknown bench options {unknown}; known: {sorted(_BENCH_DEFAULTS)}")
     # The values too, by the bench's own rules, before anything runs.
-    _bench._check_options(
-        {"probe": _nothing}, budget=o.key_budget, **{**_BENCH_DEFAULTS, **o.bench_options}
-    )
+    _bench.check_settings(**{**_BENCH_DEFAULTS, **o.bench_options, "budget": o.key_budget})
 
 
 #: what `bench_options` may set, with the defaults: every option of `bench.bench` but the key's
@@ -348,10 +338,6 @@ _BENCH_DEFAULTS: dict[str, Any] = {
     for name, p in inspect.signature(_bench.bench).parameters.items()
     if name not in ("candidates", "budget")
 }
-
-
-def _nothing() -> None:
-    return None
 
 
 class _RunFailed(Exception):
@@ -528,7 +514,7 @@ class _Session:
             self.table = self.table.derive(mask=[entry_id])
 
     def outcome(self, h: _Heavy, action: str, **more: Any) -> None:
-        heuristic = h.op._pick_heuristic(h.key)
+        heuristic = h.op.heuristic_for(h.key)
         self.outcomes.append(
             KeyOutcome(
                 key=h.key.text,
@@ -561,7 +547,7 @@ class _Session:
     def tune_key(self, h: _Heavy) -> None:
         """Bench one heavy key and accept its best survivor through whole-model runs (4, 5)."""
         names = h.op.candidates
-        heuristic = h.op._pick_heuristic(h.key)
+        heuristic = h.op.heuristic_for(h.key)
         now = self.table.resolve(h.key, names, heuristic)
         current = now.choice
         stored = self.cache.get(h.key, candidates=names)
@@ -682,7 +668,7 @@ class _Session:
         against the choice here (B), and written as the key's own accepted entry if it wins.
         """
         names = h.op.candidates
-        heuristic = h.op._pick_heuristic(h.key)
+        heuristic = h.op.heuristic_for(h.key)
         if choice == heuristic:
             return False
         a = self.table.derive(add=[(h.key, names, heuristic)])
@@ -732,7 +718,7 @@ class _Session:
             h.key,
             choice=choice,
             candidates=h.op.candidates,
-            heuristic=h.op._pick_heuristic(h.key),
+            heuristic=h.op.heuristic_for(h.key),
             record=record,
             speedup=speedup,
             status=status,
@@ -742,7 +728,7 @@ class _Session:
     def bench(self, h: _Heavy) -> _bench.BenchResult:
         args, kwargs = h.call.args, h.call.kwargs
         functions = {
-            name: _bound(function, args, kwargs) for name, function in h.op._candidates.items()
+            name: _bound(function, args, kwargs) for name, function in h.op.functions.items()
         }
         options = {"sync": self.model.sync, **self.o.bench_options}
         bound = h.op.lower_bound(h.key)
@@ -849,7 +835,7 @@ def _served(table: Table, p: dispatch.Profile) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, call in p.captured().items():
         op = call.op
-        answer = table.resolve(key, op.candidates, op._pick_heuristic(key))
+        answer = table.resolve(key, op.candidates, op.heuristic_for(key))
         if answer.source in ("exact", "nearest") and answer.entry_id is not None:
             out[key.text] = f"{answer.entry_id}:{answer.choice}"
     return out
@@ -980,7 +966,7 @@ def _step(s: _Session, h: _Heavy, *, tune_keys: bool) -> None:
     if s.out_of_time():
         s.outcome(h, "skipped", note="time budget spent")
         return
-    answer = s.table.resolve(h.key, h.op.candidates, h.op._pick_heuristic(h.key))
+    answer = s.table.resolve(h.key, h.op.candidates, h.op.heuristic_for(h.key))
     if answer.source == "masked":
         s.outcome(h, "known", entry_id=answer.entry_id, note="masked")
         return

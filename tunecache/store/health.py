@@ -25,7 +25,13 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from tunecache.errors import ReadOnlyStoreError, SchemaTooNewError, StoreError, TunecacheWarning
+from tunecache.errors import (
+    ReadOnlyStoreError,
+    SchemaTooNewError,
+    SQLiteDefectWarning,
+    StoreError,
+    TunecacheWarning,
+)
 from tunecache.store import migrate
 from tunecache.store.access import frozen, read_only_mount
 from tunecache.store.engine import busy_errors, make_engine, read_connection
@@ -46,10 +52,6 @@ __all__ = [
 ]
 
 Version = tuple[int, int, int]
-
-
-class SQLiteDefectWarning(TunecacheWarning):
-    """The SQLite library this Python uses has a known defect in WAL mode."""
 
 
 @dataclass(frozen=True, slots=True)
