@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tunecache.errors import BadKeyError
 from tunecache.bucketing import Bucketing
+from tunecache.errors import BadKeyError
 from tunecache.keys import MAX_DIM, MAX_TEXT_LEN, Key, format_key, make_key, parse
 
 RFC_TEXT = "einsum_nk,km->mn_F32_F32_F32_b1_m288_k96_n64_aconst_nstrided"

@@ -1,0 +1,188 @@
+"""Modules talk through public names: no module of tunecache reaches into another's privates.
+
+An AST walk over every module of the package flags:
+
+- `from tunecache.x import _name`: a private name imported from another module;
+- `m._name` where `m` was imported from a tunecache module (a module, a class, a function):
+  `codec._prescan`, `Cache._set_names`;
+- `obj._name` on any other object, where `_name` is not defined in the module doing it but is
+  defined (as a function, class, method or attribute) in another tunecache module: the walk
+  cannot know `obj`'s type, so it tells by the name (`cache._read`, `table._memo`);
+- `import tunecache.pkg._mod` / `from tunecache.pkg._mod import name` from outside `pkg`: a
+  private module is private to the package that holds it.
+
+Dunder names are never private. ALLOWED lists the exceptions, each with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "tunecache"
+
+#: (module path relative to the checkout, the flagged expression) -> why it is allowed
+ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """Every private name a module defines: functions, classes, assigned names and attributes."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return {name for name in names if _private(name)}
+
+
+def _private_module(importer: str, target: str) -> str | None:
+    """The private module `target` passes through that `importer` is not inside, if any."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if _private(part):
+            parent = ".".join(parts[:i])
+            if importer != parent and not importer.startswith(parent + "."):
+                return ".".join(parts[: i + 1])
+    return None
+
+
+def reaches(root: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
+    """Every private reach in the package at `root`: (module path, line, expression)."""
+    base = root.parent
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
+    defined = {path: _defined(tree) for path, tree in trees.items()}
+    for path, tree in trees.items():
+        where = str(path.relative_to(base))
+        module = _module_name(path, base)
+        others = set().union(*(names for p, names in defined.items() if p != path))
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "tunecache":
+                        imported.add(alias.asname or "tunecache")
+                        hidden = _private_module(module, alias.name)
+                        if hidden is not None:
+                            yield where, node.lineno, f"import {hidden}"
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] != "tunecache":
+                    continue
+                hidden = _private_module(module, node.module)
+                if hidden is not None:
+                    yield where, node.lineno, f"from {hidden} import ..."
+                for alias in node.names:
+                    imported.add(alias.asname or alias.name)
+                    if _private(alias.name):
+                        yield where, node.lineno, f"from {node.module} import {alias.name}"
+        own = defined[path]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+                continue
+            named = isinstance(value, ast.Name) and value.id in imported
+            if named or (node.attr not in own and node.attr in others):
+                yield where, node.lineno, ast.unparse(node)
+
+
+def _unexplained(root: Path = PACKAGE) -> list[str]:
+    return [
+        f"{where}:{line}: {text}"
+        for where, line, text in reaches(root)
+        if (where, text) not in ALLOWED
+    ]
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    found = _unexplained()
+    assert found == [], "private reaches (make the name public, or move the code):\n" + "\n".join(
+        found
+    )
+
+
+def test_every_allowed_reach_still_exists() -> None:
+    # An exception whose reach is gone is a stale line: the list stays short and true.
+    seen = {(where, text) for where, _, text in reaches()}
+    assert set(ALLOWED) <= seen, sorted(set(ALLOWED) - seen)
+
+
+def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "tunecache"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_walk_finds_each_kind_of_planted_reach(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "codec.py": "def _prescan(data):\n    return data\n",
+            "cache.py": (
+                "class Cache:\n"
+                "    def _read(self):\n        return self._engine\n"
+                "    def __init__(self):\n        self._engine = None\n"
+            ),
+            "sub/__init__.py": "",
+            "sub/_inner.py": "VALUE = 1\n",
+            "sub/ok.py": "from tunecache.sub._inner import VALUE\n",
+            "exchange.py": (
+                "from tunecache import codec\n"
+                "from tunecache.cache import Cache, _helper\n"
+                "from tunecache.sub._inner import VALUE\n"
+                "def export(cache):\n"
+                "    codec._prescan(b'')\n"
+                "    Cache._read(cache)\n"
+                "    return cache._engine, VALUE\n"
+            ),
+        },
+    )
+    found = {(where, text) for where, _, text in reaches(root)}
+    assert found == {
+        ("tunecache/exchange.py", "from tunecache.cache import _helper"),
+        ("tunecache/exchange.py", "from tunecache.sub._inner import ..."),
+        ("tunecache/exchange.py", "codec._prescan"),
+        ("tunecache/exchange.py", "Cache._read"),
+        ("tunecache/exchange.py", "cache._engine"),
+    }
+
+
+def test_a_module_may_use_its_own_privates_and_dunders(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": (
+                "import tunecache\n"
+                "class A:\n    def _x(self):\n        return 1\n"
+                "def f(other):\n    return other._x(), tunecache.__version__, other.__dict__\n"
+            ),
+            "b.py": "def g(obj):\n    return obj._not_defined_anywhere\n",
+        },
+    )
+    assert list(reaches(root)) == []
