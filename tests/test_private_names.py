@@ -67,6 +67,11 @@ def _private_module(importer: str, target: str) -> str | None:
     return None
 
 
+def _is_module(base: Path, dotted: str) -> bool:
+    path = base.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def reaches(root: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
     """Every private reach in the package at `root`: (module path, line, expression)."""
     base = root.parent
@@ -93,7 +98,14 @@ def reaches(root: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
                     yield where, node.lineno, f"from {hidden} import ..."
                 for alias in node.names:
                     imported.add(alias.asname or alias.name)
-                    if _private(alias.name):
+                    if not _private(alias.name):
+                        continue
+                    target = f"{node.module}.{alias.name}"
+                    if _is_module(base, target):
+                        hidden = _private_module(module, target)
+                        if hidden is not None:
+                            yield where, node.lineno, f"import {hidden}"
+                    else:
                         yield where, node.lineno, f"from {node.module} import {alias.name}"
         own = defined[path]
         for node in ast.walk(tree):
@@ -150,7 +162,11 @@ def test_the_walk_finds_each_kind_of_planted_reach(tmp_path: Path) -> None:
             ),
             "sub/__init__.py": "",
             "sub/_inner.py": "VALUE = 1\n",
-            "sub/ok.py": "from tunecache.sub._inner import VALUE\n",
+            "sub/ok.py": (
+                "from tunecache.sub._inner import VALUE\nfrom tunecache.sub import _inner\n"
+            ),
+            "_shared.py": "VALUE = 2\n",
+            "user.py": "from tunecache import _shared\nfrom tunecache.sub import _inner\n",
             "exchange.py": (
                 "from tunecache import codec\n"
                 "from tunecache.cache import Cache, _helper\n"
@@ -169,6 +185,7 @@ def test_the_walk_finds_each_kind_of_planted_reach(tmp_path: Path) -> None:
         ("tunecache/exchange.py", "codec._prescan"),
         ("tunecache/exchange.py", "Cache._read"),
         ("tunecache/exchange.py", "cache._engine"),
+        ("tunecache/user.py", "import tunecache.sub._inner"),
     }
 
 
