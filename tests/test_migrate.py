@@ -229,7 +229,7 @@ def test_a_newer_unknown_revision_is_opened_read_only_and_never_written(
         with pytest.raises(ReadOnlyStoreError):
             cache.validate(1, model="m", fingerprint="f", verdict="masked")
         # Even a write slipped past the API is refused by SQLite itself.
-        with pytest.raises(Exception, match=r"readonly|read-only"), cache._engine.begin() as conn:
+        with pytest.raises(Exception, match=r"readonly|read-only"), cache.engine.begin() as conn:
             conn.exec_driver_sql("DELETE FROM entries")
     assert _digest(db) == before  # same bytes, same journal mode: not even a checkpoint
     if wal_before is not None:
@@ -371,7 +371,7 @@ def test_a_future_table_rebuild_keeps_every_child_row(device: Device, tmp_path: 
         assert conn.execute("SELECT count(*) FROM decisions").fetchone() == (3,)
         assert conn.execute("PRAGMA foreign_keys").fetchone() == (0,)  # a fresh connection
     # The pooled connection got its pragmas back.
-    with Cache.open(device=device, path=db) as cache, cache._engine.connect() as c:
+    with Cache.open(device=device, path=db) as cache, cache.engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert c.exec_driver_sql("PRAGMA legacy_alter_table").scalar() == 0
 

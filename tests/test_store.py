@@ -43,7 +43,7 @@ def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 def test_pragmas_are_set_on_every_connection(cache: Cache) -> None:
-    with cache._engine.connect() as conn:
+    with cache.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
@@ -306,7 +306,7 @@ def test_runs_are_logged_with_their_outcome(cache: Cache) -> None:
 def test_writes_take_the_write_lock_at_begin(cache: Cache) -> None:
     # A deferred BEGIN would take no lock until the first write; IMMEDIATE holds it at once, so a
     # second writer with no patience is refused while the transaction has not written anything.
-    with cache._write():
+    with cache.transaction(write=True):
         other = sqlite3.connect(cache.path, timeout=0, isolation_level=None)
         try:
             with pytest.raises(sqlite3.OperationalError, match="locked"):
@@ -351,7 +351,7 @@ def test_a_forked_child_never_reuses_the_parents_connections(cache: Cache) -> No
     ctx = multiprocessing.get_context("fork")
     queue: multiprocessing.Queue[object] = ctx.Queue()
     # The child opens nothing new: it inherits this very Cache object and writes through it.
-    parent_pool = id(cache._engine.pool)
+    parent_pool = id(cache.engine.pool)
     proc = ctx.Process(target=_inherited_write, args=(cache, parent_pool, queue))
     proc.start()
     proc.join(60)
@@ -367,7 +367,7 @@ def _inherited_write(cache: Cache, parent_pool: int, queue: multiprocessing.Queu
     try:
         # register_at_fork replaced the inherited pool before this line ran, so the parent's
         # pooled connection can never be checked out here (ids survive a fork unchanged).
-        assert id(cache._engine.pool) != parent_pool
+        assert id(cache.engine.pool) != parent_pool
         cache.put(make_key("conv_F32", h=8), choice="mmm_4x4", candidates=NAMES)
         queue.put(cache.count())
     except BaseException as error:
@@ -454,11 +454,11 @@ def test_a_lock_deadline_must_be_finite(device: Device, tmp_path: Path, timeout:
 def test_a_pooled_connection_from_another_process_is_replaced(cache: Cache) -> None:
     # The checkout guard behind register_at_fork: a connection stamped with another pid is
     # dropped and a fresh one is made in its place.
-    with cache._engine.connect() as conn:
+    with cache.engine.connect() as conn:
         record = conn.connection._connection_record
         assert record is not None
         stale = conn.connection.dbapi_connection
         record.info["pid"] = -1
-    with cache._engine.connect() as conn:
+    with cache.engine.connect() as conn:
         assert conn.connection.dbapi_connection is not stale
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1

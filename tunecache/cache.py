@@ -9,20 +9,16 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import platform
-import socket
-import sys
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine
 
 from tunecache import codec, paths
-from tunecache._version import __version__
 from tunecache.candidates import candidate_names, checksum
 from tunecache.device import Device, detect
 from tunecache.errors import (
@@ -34,7 +30,7 @@ from tunecache.errors import (
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
-from tunecache.store import health, migrate, quarantine
+from tunecache.store import health, migrate, quarantine, queries, rows
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
@@ -42,37 +38,13 @@ from tunecache.store.engine import (
     make_engine,
     transaction,
 )
-from tunecache.store.models import (
-    CANDIDATE_SETS,
-    CANDIDATE_TIMINGS,
-    CANDIDATES,
-    DEVICES,
-    ENTRIES,
-    ENTRY_STATUSES,
-    KEYS,
-    MODELS,
-    RUNS,
-    TIMING_RECORDS,
-    VALIDATIONS,
-    VERDICTS,
-    utcnow,
-)
+from tunecache.store.models import ENTRY_STATUSES, VERDICTS, utcnow
 
-__all__ = ["Cache", "Entry", "open_cache"]
+__all__ = ["Cache", "Entry", "Progress", "Transaction", "open_cache"]
 
-# Short names for the Core tables these statements are built from.
-_S, _CT, _C, _D, _E, _K, _M, _R, _T, _V = (
-    CANDIDATE_SETS,
-    CANDIDATE_TIMINGS,
-    CANDIDATES,
-    DEVICES,
-    ENTRIES,
-    KEYS,
-    MODELS,
-    RUNS,
-    TIMING_RECORDS,
-    VALIDATIONS,
-)
+#: a progress callback of long store operations (export, import, doctor): (what is being done,
+#: how much is done, out of how much)
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +61,6 @@ class Entry:
     checksum: str
     created_at: datetime
     updated_at: datetime
-
-
-def _dims_text(key: Key) -> str:
-    return " ".join(f"{name}={value}" for name, value in key.dims)
 
 
 def _entry_id(entry: Entry | int) -> int:
@@ -122,20 +90,18 @@ def _positive(value: object, what: str) -> float | None:
     return float(value)
 
 
+def _check_status(status: object) -> None:
+    if status not in ENTRY_STATUSES:
+        raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+
+
 def _check_run(conn: Connection, run_id: int | None) -> None:
     if run_id is None:
         return
     if isinstance(run_id, bool) or not isinstance(run_id, int):
         raise BadRecordError(f"run_id must be an integer, got {run_id!r}")
-    if conn.execute(select(_R.c.id).where(_R.c.id == run_id)).scalar() is None:
+    if not queries.run_exists(conn, run_id):
         raise BadRecordError(f"no run {run_id} in this cache")
-
-
-def _insert(conn: Connection, table: Table, **values: Any) -> int:
-    """Insert one row and return its new integer id."""
-    new_id = conn.execute(insert(table).values(**values)).inserted_primary_key
-    assert new_id is not None
-    return int(new_id[0])
 
 
 def _as_key(key: Key | str) -> Key:
@@ -258,6 +224,12 @@ class Cache:
         return f"<Cache {self.path} {self.device.dirname} {mode}>"
 
     @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine behind this cache: its pool and pragmas, for diagnostics and
+        tests. Statements go through `transaction`, which adds the write queue and busy errors."""
+        return self._engine
+
+    @property
     def readonly(self) -> bool:
         """Whether this cache refuses writes."""
         return self.readonly_reason is not None
@@ -280,59 +252,44 @@ class Cache:
         ):
             yield conn
 
+    @contextlib.contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[Transaction]:
+        """One transaction on this cache, for work that asks or writes several things at once.
+
+        A read (the default) sees one consistent snapshot and takes no lock; `write=True` takes
+        the write lock (`BEGIN IMMEDIATE`, queued behind other writers up to `busy_timeout`)
+        and commits when the block ends, or rolls everything back if it raises. The statements
+        are `tunecache.store.queries` and `tunecache.store.rows` on `Transaction.conn`.
+        """
+        with self._write() if write else self._read() as conn:
+            yield Transaction(self, conn, write=write)
+
+    def checkpoint(self) -> bool:
+        """Fold the WAL into the database file and truncate it; False if a reader still
+        holding an old snapshot kept it from finishing."""
+        # On the driver's own connection: SQLAlchemy would open a transaction first, and SQLite
+        # refuses a checkpoint inside one ("database table is locked").
+        with busy_errors(self.path, self.busy_timeout), self._engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return busy is not None and int(busy[0]) == 0
+
     def revision(self) -> str | None:
         """The schema revision stamped in the database."""
         with self._read() as conn:
             return migrate.current_revision(conn)
-
-    # -- rows that entries hang on ------------------------------------------------------------
 
     def _find_device_id(self, conn: Connection) -> int | None:
         # Only committed ids are remembered (see put): an id seen inside a write transaction
         # that later rolls back could name another device's row tomorrow.
         if self._device_id is not None:
             return self._device_id
-        found = conn.execute(
-            select(_D.c.id).where(_D.c.fingerprint == self.device.fingerprint)
-        ).scalar()
-        return None if found is None else int(found)
+        return queries.device_id(conn, self.device.fingerprint)
 
     def _device_row(self, conn: Connection) -> int:
         found = self._find_device_id(conn)
-        if found is not None:
-            return found
-        # The checked fields are the columns of the same names.
-        return _insert(
-            conn,
-            _D,
-            fingerprint=self.device.fingerprint,
-            created_at=utcnow(),
-            **self.device.as_dict(),
-        )
-
-    @staticmethod
-    def _key_row(conn: Connection, key: Key) -> int:
-        text = key.text
-        found = conn.execute(select(_K.c.id).where(_K.c.text == text)).scalar()
-        if found is not None:
-            return int(found)
-        return _insert(conn, _K, text=text, signature=key.signature, dims=_dims_text(key))
-
-    @staticmethod
-    def _set_row(conn: Connection, signature: str, names: tuple[str, ...], sum_: str) -> int:
-        found = conn.execute(
-            select(_S.c.id).where(_S.c.signature == signature, _S.c.checksum == sum_)
-        ).scalar()
-        if found is not None:
-            return int(found)
-        set_id = _insert(
-            conn, _S, signature=signature, checksum=sum_, size=len(names), created_at=utcnow()
-        )
-        conn.execute(
-            insert(_C),
-            [{"set_id": set_id, "position": i, "name": n} for i, n in enumerate(names)],
-        )
-        return set_id
+        return found if found is not None else rows.device_row(conn, self.device)
 
     # -- entries ------------------------------------------------------------------------------
 
@@ -361,8 +318,7 @@ class Cache:
             raise BadRecordError(f"choice {choice!r} is not one of the candidates {list(names)}")
         if heuristic is not None and heuristic not in names:
             raise BadRecordError(f"heuristic {heuristic!r} is not one of the candidates")
-        if status not in ENTRY_STATUSES:
-            raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+        _check_status(status)
         speedup = _positive(speedup, "speedup")
         blob: bytes | None = None
         if record is not None:
@@ -380,8 +336,8 @@ class Cache:
             # here rolls back, and nothing is written.
             _check_run(conn, run_id)
             device_id = self._device_row(conn)
-            key_id = self._key_row(conn, key)
-            set_id = self._set_row(conn, key.signature, names, sum_)
+            key_id = rows.key_row(conn, key)
+            set_id = rows.candidate_set_row(conn, key.signature, names, sum_)
             values: dict[str, Any] = {
                 "choice": choice,
                 "heuristic": heuristic,
@@ -390,110 +346,30 @@ class Cache:
                 "run_id": run_id,
                 "updated_at": now,
             }
-            found = conn.execute(
-                select(_E.c.id, _E.c.choice).where(
-                    _E.c.device_id == device_id,
-                    _E.c.key_id == key_id,
-                    _E.c.candidate_set_id == set_id,
-                )
-            ).first()
-            entry_id = None if found is None else found.id
-            if found is not None and found.choice != choice:
-                conn.execute(delete(_V).where(_V.c.entry_id == entry_id))
-            if entry_id is None:
-                entry_id = _insert(
-                    conn,
-                    _E,
-                    device_id=device_id,
-                    key_id=key_id,
-                    candidate_set_id=set_id,
-                    created_at=now,
-                    **values,
+            found = queries.entry_at(conn, device_id, key_id, set_id)
+            if found is None:
+                entry_id = rows.insert_entry(
+                    conn, device_id, key_id, set_id, {"created_at": now, **values}
                 )
             else:
-                conn.execute(update(_E).where(_E.c.id == entry_id).values(**values))
-                conn.execute(delete(_T).where(_T.c.entry_id == entry_id))
+                entry_id, old_choice = found
+                rows.update_entry(conn, entry_id, values)
+                rows.clear_evidence(conn, entry_id, verdicts=old_choice != choice)
             if record is not None and blob is not None:
-                self._insert_record(conn, entry_id, record, blob, heuristic, now)
-            entry = self._entries(conn, _E.c.id == entry_id)[0]
+                rows.insert_record(conn, entry_id, record, blob, heuristic, now)
+            entry = self._entries(conn, device_id, entry_id=entry_id)[0]
         self._device_id = device_id
         return entry
 
-    @staticmethod
-    def _insert_record(
-        conn: Connection,
-        entry_id: int,
-        record: codec.TimingRecord,
-        blob: bytes,
-        heuristic: str | None,
-        now: datetime,
-    ) -> None:
-        best = record.best()
-        heuristic_timing = (
-            next((c for c in record.candidates if c.name == heuristic), None)
-            if heuristic is not None
-            else None
-        )
-        record_id = _insert(
-            conn,
-            _T,
-            entry_id=entry_id,
-            format_version=codec.FORMAT_VERSION,
-            best=None if best is None else best.name,
-            best_median_s=None if best is None else best.median,
-            heuristic_median_s=None if heuristic_timing is None else heuristic_timing.median,
-            candidates_count=len(record.candidates),
-            samples_count=sum(len(c.samples) for c in record.candidates),
-            failures_count=sum(1 for c in record.candidates if c.error is not None),
-            created_at=now,
-            data=blob,
-        )
-        if record.candidates:
-            conn.execute(
-                insert(_CT),
-                [
-                    {
-                        "record_id": record_id,
-                        "name": c.name,
-                        "median_s": c.median,
-                        "min_s": c.min,
-                        "max_s": c.max,
-                        "samples": len(c.samples),
-                        "inner_loops": c.inner_loops,
-                        "pruned": c.pruned,
-                        "error": c.error,
-                    }
-                    for c in record.candidates
-                ],
-            )
-
-    def _entries(self, conn: Connection, *where: Any) -> list[Entry]:
-        device_id = self._find_device_id(conn)
+    def _entries(self, conn: Connection, device_id: int | None, **where: Any) -> list[Entry]:
         if device_id is None:
             return []
-        rows = conn.execute(
-            select(
-                _E.c.id,
-                _K.c.text,
-                _E.c.choice,
-                _E.c.heuristic,
-                _E.c.status,
-                _E.c.speedup,
-                _S.c.id.label("set_id"),
-                _S.c.checksum,
-                _E.c.created_at,
-                _E.c.updated_at,
-            )
-            .join(_K, _K.c.id == _E.c.key_id)
-            .join(_S, _S.c.id == _E.c.candidate_set_id)
-            .where(_E.c.device_id == device_id, *where)
-            .order_by(_E.c.updated_at.desc(), _E.c.id.desc())
-        ).all()
-        names = self._set_names(conn, {row.set_id for row in rows})
+        found = queries.entries(conn, device_id, **where)
+        names = queries.set_names(conn, {row.set_id for row in found})
         return [
             Entry(
                 id=row.id,
-                key=parse(row.text),
+                key=parse(row.key),
                 choice=row.choice,
                 heuristic=row.heuristic,
                 status=row.status,
@@ -503,22 +379,8 @@ class Cache:
                 created_at=row.created_at,
                 updated_at=row.updated_at,
             )
-            for row in rows
+            for row in found
         ]
-
-    @staticmethod
-    def _set_names(conn: Connection, set_ids: Iterable[int]) -> dict[int, tuple[str, ...]]:
-        ids = sorted(set_ids)
-        if not ids:
-            return {}
-        out: dict[int, list[str]] = {i: [] for i in ids}
-        for set_id, name in conn.execute(
-            select(_C.c.set_id, _C.c.name)
-            .where(_C.c.set_id.in_(ids))
-            .order_by(_C.c.set_id, _C.c.position)
-        ):
-            out[set_id].append(name)
-        return {i: tuple(v) for i, v in out.items()}
 
     def get(self, key: Key | str, *, candidates: Sequence[str] | None = None) -> Entry | None:
         """The entry for `key` on this device, or None.
@@ -527,59 +389,41 @@ class Cache:
         most recently updated entry of the key, whatever list it was tuned against.
         """
         key = _as_key(key)
-        where = [_K.c.text == key.text]
-        if candidates is not None:
-            where.append(_S.c.checksum == checksum(candidates))
+        sum_ = None if candidates is None else checksum(candidates)
         with self._read() as conn:
-            found = self._entries(conn, *where)
+            found = self._entries(conn, self._find_device_id(conn), key=key.text, checksum=sum_)
         return found[0] if found else None
 
     def entries(self) -> list[Entry]:
         """Every entry of this device, most recently updated first."""
         with self._read() as conn:
-            return self._entries(conn)
+            return self._entries(conn, self._find_device_id(conn))
 
     def count(self) -> int:
         """How many entries this device has."""
         with self._read() as conn:
             device_id = self._find_device_id(conn)
-            if device_id is None:
-                return 0
-            return int(
-                conn.execute(
-                    select(func.count()).select_from(_E).where(_E.c.device_id == device_id)
-                ).scalar_one()
-            )
+            return 0 if device_id is None else queries.count_entries(conn, device_id)
 
     def record(self, entry: Entry | int) -> codec.TimingRecord | None:
         """The timing record kept with an entry of this device, or None if it has none."""
         entry_id = _entry_id(entry)
         with self._read() as conn:
-            device_id = self._find_device_id(conn)
-            data = conn.execute(
-                select(_T.c.data)
-                .join(_E, _E.c.id == _T.c.entry_id)
-                .where(_T.c.entry_id == entry_id, _E.c.device_id == device_id)
-            ).scalar()
-        return None if data is None else codec.decode(bytes(data))
+            data = queries.record_data(conn, entry_id, self._find_device_id(conn))
+        return None if data is None else codec.decode(data)
 
     def set_status(self, entry: Entry | int, status: str) -> Entry:
         """Change an entry's status (accepted / rejected / unvalidated), keeping its evidence.
 
         `put` replaces a decision and its timing record; acceptance only changes its verdict.
         """
-        if status not in ENTRY_STATUSES:
-            raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+        _check_status(status)
         entry_id = _entry_id(entry)
         with self._write() as conn:
-            done = conn.execute(
-                update(_E)
-                .where(_E.c.id == entry_id, _E.c.device_id == self._find_device_id(conn))
-                .values(status=status, updated_at=utcnow())
-            )
-            if done.rowcount == 0:
+            device_id = self._find_device_id(conn)
+            if not rows.set_status(conn, entry_id, device_id, status, utcnow()):
                 raise BadRecordError(f"no entry {entry_id} on this device")
-            return self._entries(conn, _E.c.id == entry_id)[0]
+            return self._entries(conn, device_id, entry_id=entry_id)[0]
 
     # -- models, validations, runs ------------------------------------------------------------
 
@@ -603,8 +447,8 @@ class Cache:
         """
         if verdict not in VERDICTS:
             raise BadRecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-        if status is not None and status not in ENTRY_STATUSES:
-            raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+        if status is not None:
+            _check_status(status)
         if not isinstance(model, str) or not model or not isinstance(fingerprint, str):
             raise BadRecordError("a model needs a non-empty name and a fingerprint string")
         gain = _positive(gain, "gain")
@@ -616,18 +460,9 @@ class Cache:
         now = utcnow()
         with self._write() as conn:
             _check_run(conn, run_id)
-            owned = conn.execute(
-                select(_E.c.id).where(
-                    _E.c.id == entry_id, _E.c.device_id == self._find_device_id(conn)
-                )
-            ).scalar()
-            if owned is None:
+            device_id = self._find_device_id(conn)
+            if not queries.entry_owned(conn, entry_id, device_id):
                 raise BadRecordError(f"no entry {entry_id} on this device")
-            model_id = conn.execute(
-                select(_M.c.id).where(_M.c.name == model, _M.c.fingerprint == fingerprint)
-            ).scalar()
-            if model_id is None:
-                model_id = _insert(conn, _M, name=model, fingerprint=fingerprint, created_at=now)
             values = {
                 "verdict": verdict,
                 "gain": gain,
@@ -636,73 +471,31 @@ class Cache:
                 "run_id": run_id,
                 "updated_at": now,
             }
-            done = conn.execute(
-                update(_V)
-                .where(_V.c.model_id == model_id, _V.c.entry_id == entry_id)
-                .values(**values)
-            )
-            if done.rowcount == 0:
-                conn.execute(
-                    insert(_V).values(
-                        model_id=model_id, entry_id=entry_id, created_at=now, **values
-                    )
-                )
+            rows.put_verdict(conn, rows.model_row(conn, model, fingerprint), entry_id, values, now)
             if status is not None:
-                conn.execute(
-                    update(_E).where(_E.c.id == entry_id).values(status=status, updated_at=now)
-                )
+                rows.set_status(conn, entry_id, device_id, status, now)
 
     def verdicts(self, model: str, fingerprint: str | None = None) -> dict[int, str]:
         """This model's verdicts on entries of this device, by entry id (any fingerprint of the
         model's name when `fingerprint` is None)."""
-        where = [_M.c.name == model]
-        if fingerprint is not None:
-            where.append(_M.c.fingerprint == fingerprint)
         with self._read() as conn:
-            device_id = self._find_device_id(conn)
-            rows = conn.execute(
-                select(_V.c.entry_id, _V.c.verdict)
-                .join(_M, _M.c.id == _V.c.model_id)
-                .join(_E, _E.c.id == _V.c.entry_id)
-                .where(_E.c.device_id == device_id, *where)
-                .order_by(_V.c.updated_at)
-            ).all()
-        return {int(entry_id): str(verdict) for entry_id, verdict in rows}
+            found = queries.verdicts(
+                conn,
+                self._find_device_id(conn),
+                model=model,
+                fingerprint=fingerprint,
+                order="updated",
+            )
+        return {v.entry_id: v.verdict for v in found}
 
     def verdicts_on(self, entry: Entry | int) -> dict[str, str]:
         """Every model's verdict on one entry of this device, by model name."""
         entry_id = _entry_id(entry)
         with self._read() as conn:
-            rows = conn.execute(
-                select(_M.c.name, _V.c.verdict)
-                .join(_M, _M.c.id == _V.c.model_id)
-                .join(_E, _E.c.id == _V.c.entry_id)
-                .where(_V.c.entry_id == entry_id, _E.c.device_id == self._find_device_id(conn))
-                .order_by(_V.c.updated_at)
-            ).all()
-        return {str(name): str(verdict) for name, verdict in rows}
-
-    def _insert_run(
-        self, conn: Connection, kind: str, notes: str | None, *, status: str = "running"
-    ) -> int:
-        """Write a `runs` row inside the caller's transaction; a run already over when it is
-        logged (an import done in one transaction) passes its final status."""
-        now = utcnow()
-        return _insert(
-            conn,
-            _R,
-            kind=kind,
-            status=status,
-            device_id=self._device_row(conn),
-            tool_version=__version__,
-            hostname=socket.gethostname(),
-            platform=platform.platform(),
-            python_version=sys.version.split()[0],
-            pid=os.getpid(),
-            started_at=now,
-            finished_at=None if status == "running" else now,
-            notes=notes,
-        )
+            found = queries.verdicts(
+                conn, self._find_device_id(conn), entry_id=entry_id, order="updated"
+            )
+        return {v.model: v.verdict for v in found}
 
     def note(self, run_id: int, notes: str) -> None:
         """Replace a run's notes: what the session found, written once it knows."""
@@ -710,18 +503,12 @@ class Cache:
             raise BadRecordError(f"notes are a string, got {type(notes).__name__}")
         with self._write() as conn:
             _check_run(conn, run_id)
-            conn.execute(update(_R).where(_R.c.id == run_id).values(notes=notes))
+            rows.set_run_notes(conn, run_id, notes)
 
     def runs_noted(self, notes: str, *, status: str = "finished") -> list[int]:
         """Ids of this device's runs in `status` whose notes are exactly `notes`, oldest first."""
         with self._read() as conn:
-            device_id = self._find_device_id(conn)
-            rows = conn.execute(
-                select(_R.c.id)
-                .where(_R.c.device_id == device_id, _R.c.status == status, _R.c.notes == notes)
-                .order_by(_R.c.id)
-            ).all()
-        return [int(row.id) for row in rows]
+            return queries.runs_noted(conn, self._find_device_id(conn), notes, status)
 
     @contextlib.contextmanager
     def run(self, kind: str, notes: str | None = None) -> Iterator[int]:
@@ -731,7 +518,7 @@ class Cache:
         or failed when the block ends, so a crash leaves a visible "running" row behind.
         """
         with self._write() as conn:
-            run_id = self._insert_run(conn, kind, notes)
+            run_id = rows.insert_run(conn, self._device_row(conn), kind, notes)
         status = "failed"
         try:
             yield run_id
@@ -742,17 +529,44 @@ class Cache:
         finally:
             try:
                 with self._write() as conn:
-                    conn.execute(
-                        update(_R)
-                        .where(_R.c.id == run_id)
-                        .values(status=status, finished_at=utcnow())
-                    )
+                    rows.finish_run(conn, run_id, status)
             except TunecacheError:
                 # Closing the log must not hide why the session ended: after Ctrl-C or a
                 # failure, the row stays "running" (doctor marks it failed) and the original
                 # exception goes on. Only a session that finished reports the error.
                 if status == "finished":
                     raise
+
+
+class Transaction:
+    """A transaction on one cache (see `Cache.transaction`): its connection, and the rows of
+    the cache's own device identity."""
+
+    def __init__(self, cache: Cache, conn: Connection, *, write: bool) -> None:
+        self.cache = cache
+        #: the SQLAlchemy connection the transaction runs on
+        self.conn = conn
+        #: whether this transaction holds the write lock
+        self.write = write
+
+    def device_id(self) -> int | None:
+        """The row id of the cache's device identity, or None if nothing was written for it."""
+        return self.cache._find_device_id(self.conn)
+
+    def device_row(self) -> int:
+        """The row id of the cache's device identity, inserted if it has none (writes only)."""
+        self._require_write("add a device row")
+        return self.cache._device_row(self.conn)
+
+    def start_run(self, kind: str, notes: str | None, *, status: str = "running") -> int:
+        """Log a session of work of this process on the cache's device; a session that is over
+        by the time it commits (an import in one transaction) passes its final `status`."""
+        self._require_write("log a run")
+        return rows.insert_run(self.conn, self.device_row(), kind, notes, status=status)
+
+    def _require_write(self, what: str) -> None:
+        if not self.write:
+            raise StoreError(f"cannot {what} in a read transaction of {self.cache.path}")
 
 
 def open_cache(**kwargs: Any) -> Cache:

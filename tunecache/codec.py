@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import cbor2
 
+from tunecache._cbor import check_bounds, decode_bounded, kind, one_line, short
 from tunecache.errors import CodecError
 
 __all__ = [
@@ -126,18 +127,18 @@ class TimingRecord:
 def encode(record: TimingRecord) -> bytes:
     """Validate a record and encode it as deterministic (canonical) CBOR."""
     if not isinstance(record, TimingRecord):
-        raise CodecError(f"{_PREFIX}expected a TimingRecord, got {_kind(record)}")
+        raise CodecError(f"{_PREFIX}expected a TimingRecord, got {kind(record)}")
     names: set[str] = set()
     wire_candidates = []
     for i, c in enumerate(record.candidates):
         if not isinstance(c, CandidateTiming):
-            raise CodecError(f"{_PREFIX}candidate {i} is {_kind(c)}, not a CandidateTiming")
+            raise CodecError(f"{_PREFIX}candidate {i} is {kind(c)}, not a CandidateTiming")
         where = _where(i, c.name)
         _check_name(c.name, where, names)
         _check_loops(c.inner_loops, where)
         _check_error(c.error, where)
         if not isinstance(c.pruned, bool):
-            raise CodecError(f"{where}pruned must be a bool, got {_kind(c.pruned)}")
+            raise CodecError(f"{where}pruned must be a bool, got {kind(c.pruned)}")
         samples = _pack(c.samples, where)
         wire_candidates.append(
             {"n": c.name, "s": samples, "l": c.inner_loops, "e": c.error, "p": c.pruned}
@@ -151,10 +152,9 @@ def encode(record: TimingRecord) -> bytes:
     try:
         data: bytes = cbor2.dumps(wire, canonical=True)
     except Exception as e:  # what we pass is validated, so this is a bug, but keep the contract
-        raise CodecError(f"{_PREFIX}cannot encode: {_one_line(e)}") from e
+        raise CodecError(f"{_PREFIX}cannot encode: {one_line(e)}") from e
     # Never write what the default decoder would refuse to read back.
-    _check_size(len(data), MAX_SIZE)
-    _prescan(data, MAX_DEPTH, MAX_ITEMS)
+    check_bounds(data, max_size=MAX_SIZE, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, prefix=_PREFIX)
     return data
 
 
@@ -163,7 +163,7 @@ def _pack(samples: Iterable[object], where: str) -> bytes:
     packed = array("d")
     for j, x in enumerate(samples):
         if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise CodecError(f"{where}sample {j} is {_kind(x)}, not a float")
+            raise CodecError(f"{where}sample {j} is {kind(x)}, not a float")
         try:
             packed.append(x)
         except OverflowError:
@@ -186,118 +186,28 @@ def decode(
 ) -> TimingRecord:
     """Decode a timing record from untrusted bytes, raising CodecError for anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise CodecError(f"{_PREFIX}expected bytes, got {_kind(data)}")
-    if isinstance(data, memoryview):
-        _check_size(data.nbytes, max_size)
-        data = data.tobytes()
-    else:
-        _check_size(len(data), max_size)
-        data = bytes(data)
-    if not data:
-        raise CodecError(f"{_PREFIX}empty input")
-    # The pre-scan bounds what cbor2 will allocate before it allocates anything: cbor2 trusts
-    # declared lengths and follows tags, which is where memory and time bombs live.
-    _prescan(data, max_depth, max_items)
-    try:
-        obj = cbor2.loads(
-            data,
-            max_depth=max_depth,
-            allow_indefinite=False,
-            allow_duplicate_keys=False,
-            strict_hashable_types=True,
-        )
-    except Exception as e:  # whatever cbor2 raises, the bytes are not a record
-        raise CodecError(f"{_PREFIX}invalid CBOR: {_one_line(e)}") from e
-    return _from_wire(obj)
-
-
-def _check_size(size: int, max_size: int) -> None:
-    """Refuse a blob over the size limit before reading any of it."""
+        raise CodecError(f"{_PREFIX}expected bytes, got {kind(data)}")
+    # The size is checked before a memoryview is copied; decode_bounded checks it again.
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
     if size > max_size:
         raise CodecError(f"{_PREFIX}{size} bytes exceed the limit of {max_size}")
-
-
-def _prescan(data: bytes, max_depth: int, max_items: int) -> None:
-    """Walk the CBOR item headers without building items, refusing anything unbounded or unused."""
-    n = len(data)
-    pos = 0
-    items = 0
-    # Items still expected by each open container, innermost last; iterative so depth
-    # never costs Python stack.
-    open_counts: list[int] = []
-    while True:
-        if pos >= n:
-            raise CodecError(f"{_PREFIX}truncated at byte {pos}")
-        start = pos
-        initial = data[pos]
-        pos += 1
-        major = initial >> 5
-        info = initial & 0x1F
-        if info < 24:
-            arg = info
-        elif info < 28:
-            width = 1 << (info - 24)
-            if width > n - pos:
-                raise CodecError(f"{_PREFIX}truncated at byte {start}")
-            arg = int.from_bytes(data[pos : pos + width], "big")
-            pos += width
-        elif info == 31:
-            # Indefinite lengths (and the break byte) let a container grow without a
-            # declared bound; canonical v1 records never use them.
-            raise CodecError(f"{_PREFIX}indefinite-length item at byte {start}")
-        else:
-            raise CodecError(f"{_PREFIX}reserved additional information {info} at byte {start}")
-        items += 1
-        if items > max_items:
-            raise CodecError(f"{_PREFIX}more than {max_items} items")
-        children = 0
-        left = n - pos
-        if major in (2, 3):  # byte and text strings: skip the payload
-            if arg > left:
-                raise _too_long(arg, start, left)
-            pos += arg
-        elif major in (4, 5):  # arrays and maps: every child takes at least one byte
-            children = arg if major == 4 else 2 * arg
-            if children > left:
-                raise _too_long(arg, start, left)
-        elif major == 6:
-            # v1 uses no tags; refusing them all shuts out shared references, tag chains,
-            # bignums and every semantic decoder cbor2 would otherwise run.
-            raise CodecError(f"{_PREFIX}tag {arg} at byte {start} is not allowed")
-        if children:
-            if len(open_counts) >= max_depth:
-                raise CodecError(f"{_PREFIX}nesting deeper than {max_depth} at byte {start}")
-            open_counts.append(children)
-            continue
-        # The item is complete: close every container it completes.
-        while open_counts:
-            open_counts[-1] -= 1
-            if open_counts[-1]:
-                break
-            open_counts.pop()
-        if not open_counts:
-            break
-    if pos != n:
-        raise CodecError(f"{_PREFIX}{n - pos} trailing byte(s) after the record at byte {pos}")
-
-
-def _too_long(length: int, start: int, left: int) -> CodecError:
-    """The error for a declared length that cannot fit in the bytes left."""
-    return CodecError(
-        f"{_PREFIX}declared length {length} at byte {start} exceeds the {left} bytes left"
+    # The pre-scan bounds what cbor2 will allocate before it allocates anything.
+    obj = decode_bounded(
+        bytes(data), max_size=max_size, max_depth=max_depth, max_items=max_items, prefix=_PREFIX
     )
+    return _from_wire(obj)
 
 
 def _from_wire(obj: object) -> TimingRecord:
     """Check decoded CBOR against the v1 schema and build the record."""
     if not isinstance(obj, dict):
-        raise CodecError(f"{_PREFIX}top level is {_kind(obj)}, not a map")
+        raise CodecError(f"{_PREFIX}top level is {kind(obj)}, not a map")
     # The version comes first so a newer record is reported as newer, not as malformed.
     if "v" not in obj:
         raise CodecError(f"{_PREFIX}no format version")
     version = obj["v"]
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise CodecError(f"{_PREFIX}invalid format version {_short(version)}")
+        raise CodecError(f"{_PREFIX}invalid format version {short(version)}")
     if version > FORMAT_VERSION:
         raise CodecError(
             f"{_PREFIX}format version {version} is newer than this tunecache reads"
@@ -306,12 +216,12 @@ def _from_wire(obj: object) -> TimingRecord:
     _check_keys(obj, _TOP_KEYS, _PREFIX)
     wire_candidates = obj["c"]
     if not isinstance(wire_candidates, list):
-        raise CodecError(f"{_PREFIX}'c' is {_kind(wire_candidates)}, not an array")
+        raise CodecError(f"{_PREFIX}'c' is {kind(wire_candidates)}, not an array")
     names: set[str] = set()
     candidates = []
     for i, wc in enumerate(wire_candidates):
         if not isinstance(wc, dict):
-            raise CodecError(f"{_PREFIX}candidate {i} is {_kind(wc)}, not a map")
+            raise CodecError(f"{_PREFIX}candidate {i} is {kind(wc)}, not a map")
         where = _where(i, wc.get("n"))
         _check_keys(wc, _CANDIDATE_KEYS, where)
         name = _check_name(wc["n"], where, names)
@@ -319,7 +229,7 @@ def _from_wire(obj: object) -> TimingRecord:
         _check_loops(loops, where)
         _check_error(error, where)
         if not isinstance(pruned, bool):
-            raise CodecError(f"{where}'p' is {_kind(pruned)}, not a bool")
+            raise CodecError(f"{where}'p' is {kind(pruned)}, not a bool")
         samples = _unpack(wc["s"], where)
         candidates.append(CandidateTiming(name, samples, loops, error, pruned))
     return TimingRecord(
@@ -332,7 +242,7 @@ def _from_wire(obj: object) -> TimingRecord:
 def _unpack(raw: object, where: str) -> tuple[float, ...]:
     """Check and unpack a little-endian float64 byte string into samples."""
     if not isinstance(raw, bytes):
-        raise CodecError(f"{where}'s' is {_kind(raw)}, not a byte string")
+        raise CodecError(f"{where}'s' is {kind(raw)}, not a byte string")
     if len(raw) % 8:
         raise CodecError(f"{where}samples take {len(raw)} bytes, not a multiple of 8")
     samples = array("d")
@@ -357,7 +267,7 @@ def _check_samples(samples: array[float], where: str) -> None:
 def _check_name(name: object, where: str, seen: set[str]) -> str:
     """Refuse a candidate name that is not a non-empty str or repeats an earlier one."""
     if not isinstance(name, str):
-        raise CodecError(f"{where}name is {_kind(name)}, not a str")
+        raise CodecError(f"{where}name is {kind(name)}, not a str")
     if not name:
         raise CodecError(f"{where}name is empty")
     _check_text(name, where)
@@ -371,14 +281,14 @@ def _check_loops(loops: object, where: str) -> None:
     """Refuse an inner_loops that is not an int in [1, 2**63): the store keeps it in a signed
     64-bit SQLite INTEGER, so a larger one would be accepted here and fail at the write."""
     if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= _LOOPS_MAX:
-        raise CodecError(f"{where}inner_loops must be an int in [1, 2**63), got {_short(loops)}")
+        raise CodecError(f"{where}inner_loops must be an int in [1, 2**63), got {short(loops)}")
 
 
 def _check_error(error: object, where: str) -> None:
     """Refuse an error that is neither None nor text."""
     if error is not None:
         if not isinstance(error, str):
-            raise CodecError(f"{where}error must be a str or None, got {_kind(error)}")
+            raise CodecError(f"{where}error must be a str or None, got {kind(error)}")
         _check_text(error, where)
 
 
@@ -387,19 +297,19 @@ def _check_text(text: str, where: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise CodecError(f"{where}text {_short(text)} is not valid Unicode") from None
+        raise CodecError(f"{where}text {short(text)} is not valid Unicode") from None
 
 
 def _scalars(mapping: object, what: str) -> dict[str, Scalar]:
     """Check a settings or env mapping and return it as a plain dict."""
     if not isinstance(mapping, Mapping):
-        raise CodecError(f"{_PREFIX}{what} is {_kind(mapping)}, not a map")
+        raise CodecError(f"{_PREFIX}{what} is {kind(mapping)}, not a map")
     out: dict[str, Scalar] = {}
     for key, value in mapping.items():
         if not isinstance(key, str):
-            raise CodecError(f"{_PREFIX}{what} key is {_kind(key)}, not a str")
+            raise CodecError(f"{_PREFIX}{what} key is {kind(key)}, not a str")
         _check_text(key, f"{_PREFIX}{what} ")
-        where = f"{_PREFIX}{what}[{_short(key)}]: "
+        where = f"{_PREFIX}{what}[{short(key)}]: "
         if value is None or isinstance(value, bool):
             pass
         elif isinstance(value, int):
@@ -412,7 +322,7 @@ def _scalars(mapping: object, what: str) -> dict[str, Scalar]:
         elif isinstance(value, str):
             _check_text(value, where)
         else:
-            raise CodecError(f"{where}value is {_kind(value)}, not str, int, float, bool or None")
+            raise CodecError(f"{where}value is {kind(value)}, not str, int, float, bool or None")
         out[key] = value
     return out
 
@@ -424,33 +334,11 @@ def _check_keys(obj: dict[object, object], expected: frozenset[str], where: str)
         raise CodecError(f"{where}missing key {sorted(missing)[0]!r}")
     unknown = [k for k in obj if k not in expected]
     if unknown:
-        raise CodecError(f"{where}unknown key {_short(unknown[0])}")
+        raise CodecError(f"{where}unknown key {short(unknown[0])}")
 
 
 def _where(index: int, name: object) -> str:
     """The message prefix that names a candidate."""
     if isinstance(name, str):
-        return f"{_PREFIX}candidate {index} ({_short(name)}): "
+        return f"{_PREFIX}candidate {index} ({short(name)}): "
     return f"{_PREFIX}candidate {index}: "
-
-
-def _kind(obj: object) -> str:
-    """An object's type for a message, with its article: "an int"."""
-    name = type(obj).__name__
-    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
-
-
-def _short(obj: object) -> str:
-    """A bounded repr for a message."""
-    # Hostile records can hold megabyte strings: cut before repr, not after.
-    if isinstance(obj, str):
-        return repr(obj[:40]) + ("..." if len(obj) > 40 else "")
-    if isinstance(obj, (int, float, bool)) or obj is None:
-        return repr(obj)
-    return f"<{type(obj).__name__}>"
-
-
-def _one_line(e: BaseException) -> str:
-    """An exception's text squeezed onto one bounded line."""
-    text = " ".join(str(e).split())
-    return text[:200] or type(e).__name__

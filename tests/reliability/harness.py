@@ -636,7 +636,7 @@ def second_writer_refused(db: Path) -> tuple[str, float]:
     """Hold a write transaction that has written nothing; a second process writes with a zero
     busy timeout. Returns what the second writer got and how long it took, in seconds."""
     new_cache(db)
-    with Cache.open(device=DEVICE, path=db) as cache, cache._write():
+    with Cache.open(device=DEVICE, path=db) as cache, cache.transaction(write=True):
         # Nothing written: only BEGIN IMMEDIATE takes the lock this early.
 
         def second(send: Sender) -> None:
@@ -943,15 +943,16 @@ def _importing_child(db: Path, data: bytes, send: Sender) -> None:
     with Cache.open(device=DEVICE, path=db) as cache:
         # Tracing, not mocking: decoding the export takes most of an import's time, so the
         # parent times its kills from the moment the write transaction begins.
-        write = cache._write
+        transaction = cache.transaction
 
         @contextlib.contextmanager
-        def traced() -> Iterator[Any]:
-            send(MARK, IMPORTING)
-            with write() as conn:
-                yield conn
+        def traced(*, write: bool = False) -> Iterator[Any]:
+            if write:
+                send(MARK, IMPORTING)
+            with transaction(write=write) as tx:
+                yield tx
 
-        cache._write = traced  # type: ignore[method-assign]
+        cache.transaction = traced  # type: ignore[method-assign]
         send(READY)
         import_cache(cache, data)
         send(MARK, IMPORTED)

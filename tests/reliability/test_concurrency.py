@@ -43,7 +43,7 @@ def test_a_child_forked_inside_a_write_does_not_keep_the_write_lock(tmp_path: Pa
     harness.new_cache(db)
     release_r, release_w = os.pipe()
     with Cache.open(device=harness.DEVICE, path=db) as cache:
-        with cache._write():
+        with cache.transaction(write=True):
             sleeper = harness.Child(lambda send: _wait(release_r), close=[release_w])
         got = _write_from_another_process(db)
         os.close(release_w)

@@ -96,7 +96,7 @@ def _foreign_wal(db: Path, tmp: Path) -> None:
 
     def crash_after_writes(send: Sender) -> None:
         cache = Cache.open(device=DEVICE, path=other)
-        with cache._engine.connect() as conn:
+        with cache.engine.connect() as conn:
             raw = conn.connection.dbapi_connection
             assert raw is not None
             raw.execute("PRAGMA wal_autocheckpoint = 0")

@@ -52,8 +52,8 @@ def alarm() -> Iterator[None]:
 def test_an_interrupt_inside_a_write_leaves_the_next_write_free(tmp_path: Path) -> None:
     db = tmp_path / "cache.db"
     with Cache.open(path=db, busy_timeout=1) as cache:
-        with pytest.raises(KeyboardInterrupt), cache._write() as conn:
-            cache._insert_run(conn, "tune", None)
+        with pytest.raises(KeyboardInterrupt), cache.transaction(write=True) as tx:
+            tx.start_run("tune", None)
             raise KeyboardInterrupt
         assert _flock_free(db)
         cache.put("op_F32_m1", choice="a", candidates=NAMES)  # no wait, no StoreBusyError

@@ -105,7 +105,7 @@ def _leave_a_wal(db: Path) -> str:
 
     def body(send: Sender) -> None:
         cache = Cache.open(device=DEVICE, path=db)
-        with cache._engine.connect() as conn:
+        with cache.engine.connect() as conn:
             raw = conn.connection.dbapi_connection
             assert raw is not None
             raw.execute("PRAGMA wal_autocheckpoint = 0")

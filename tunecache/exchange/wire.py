@@ -1,8 +1,8 @@
-"""Export, import and merge a device's cache as bytes: one versioned CBOR document.
+"""The export document: one versioned CBOR map of a device's entries with their evidence.
 
-The API takes and returns bytes, never paths, so an embedded or browser build can move a cache
-without a filesystem. An import is all-or-nothing: the whole document is decoded and checked
-before one write transaction applies it, so a bad file leaves the cache exactly as it was.
+`document` builds it from entries; `decode_document` reads it back from untrusted bytes, checking
+every field against the format before anything uses it (bounded by `tunecache._cbor`), so a bad
+file is refused with one line that says where it is wrong.
 """
 
 # Format versions of the export document (the "v" key):
@@ -15,46 +15,25 @@ before one write transaction applies it, so a bad file leaves the cache exactly 
 
 from __future__ import annotations
 
-import hashlib
 import math
-import sqlite3
-import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import cbor2
-from sqlalchemy import Connection, delete, insert, select, update
 
-from tunecache import codec
+from tunecache import _cbor, codec
+from tunecache._cbor import kind, short
 from tunecache._version import __version__
-from tunecache.cache import Cache, _insert
 from tunecache.candidates import candidate_names, checksum
 from tunecache.device import Device
-from tunecache.errors import (
-    BadArgumentError,
-    CodecError,
-    DeviceMismatchError,
-    StoreError,
-    TunecacheError,
-)
+from tunecache.errors import CodecError, TunecacheError
 from tunecache.keys import parse
-from tunecache.store import migrate
-from tunecache.store.engine import make_engine
-from tunecache.store.models import (
-    CANDIDATE_SETS,
-    DEVICES,
-    ENTRIES,
-    ENTRY_STATUSES,
-    KEYS,
-    MODELS,
-    TIMING_RECORDS,
-    VALIDATIONS,
-    VERDICTS,
-    utcnow,
-)
+from tunecache.store.models import ENTRY_STATUSES, VERDICTS
+
+if TYPE_CHECKING:
+    from tunecache.cache import Progress
 
 __all__ = [
     "FORMAT",
@@ -62,28 +41,15 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_ITEMS",
     "MAX_SIZE",
-    "POLICIES",
-    "EntryAction",
-    "ImportReport",
-    "Progress",
-    "evidence",
-    "export_cache",
-    "import_cache",
-    "merge",
-    "open_source",
-    "origin_device",
+    "PREFIX",
+    "SQLITE_HEADER",
+    "Document",
+    "ExportedEntry",
+    "ExportedVerdict",
+    "decode_document",
+    "document",
+    "iso",
 ]
-
-# Short names for the Core tables these statements are built from.
-_S, _D, _E, _K, _M, _T, _V = (
-    CANDIDATE_SETS,
-    DEVICES,
-    ENTRIES,
-    KEYS,
-    MODELS,
-    TIMING_RECORDS,
-    VALIDATIONS,
-)
 
 #: the value of the "format" key: what says this CBOR is a tunecache export at all
 FORMAT = "tunecache-export"
@@ -97,13 +63,8 @@ MAX_SIZE = 512 * 1024 * 1024
 MAX_DEPTH = 8
 #: default limit on the number of CBOR items (a v1 entry takes about 25, a verdict about 15)
 MAX_ITEMS = 5_000_000
-#: conflict policies: keep the local entry, keep the one with stronger evidence, keep both
-POLICIES = ("local", "evidence", "both")
-
-#: a progress callback: (what is being done, how much is done, out of how much)
-Progress = Callable[[str, int, int], None]
-
-_PREFIX = "export file: "
+#: what every message about a bad export file starts with
+PREFIX = "export file: "
 #: the first bytes of every SQLite database file
 SQLITE_HEADER = b"SQLite format 3\x00"
 _TOP_KEYS = frozenset(
@@ -147,7 +108,7 @@ _MAX_COUNT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
-class _Verdict:
+class ExportedVerdict:
     """A model's verdict on an entry, with the model named rather than numbered."""
 
     model: str
@@ -161,7 +122,7 @@ class _Verdict:
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
+class ExportedEntry:
     """One decision as an export carries it, read from a file or from a database."""
 
     key: str
@@ -176,7 +137,7 @@ class _Entry:
     updated_at: datetime
     blob: bytes | None
     samples: int
-    verdicts: tuple[_Verdict, ...]
+    verdicts: tuple[ExportedVerdict, ...]
     record: codec.TimingRecord | None = None
 
     @property
@@ -199,193 +160,27 @@ class _Entry:
         )
 
 
-def evidence(validated: int, rounds: int, samples: int) -> tuple[int, int, int]:
-    """How strong an entry's evidence is, compared as a tuple: larger is stronger.
-
-    First the number of models that validated it (whole-model confirmations are what the
-    design trusts), then the paired whole-model rounds behind all its verdicts, then the raw
-    samples in its timing record. Newer is not stronger: a fresh measurement with fewer
-    samples does not beat an older, better-supported one.
-    """
-    return (validated, rounds, samples)
+# --- writing an export ----------------------------------------------------------------------
 
 
-def _evidence_of(entry: _Entry) -> tuple[int, int, int]:
-    return evidence(
-        sum(1 for v in entry.verdicts if v.verdict == "validated"),
-        sum(v.rounds for v in entry.verdicts),
-        entry.samples,
-    )
-
-
-# --- reports ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EntryAction:
-    """What an import did with one entry of the file.
-
-    `action` is one of: "added" (new here), "unchanged" (the same measurement and verdicts were
-    already here), "kept-local" (a different local entry stayed, the file's was dropped),
-    "replaced" (the file's entry had stronger evidence and took the local one's place),
-    "kept-both" (the local entry stayed and the file's was kept beside it under its origin).
-    """
-
-    key: str
-    checksum: str
-    action: str
-
-    def as_dict(self) -> dict[str, str]:
-        """The action as JSON-ready values."""
-        return {"key": self.key, "checksum": self.checksum, "action": self.action}
-
-
-@dataclass(frozen=True, slots=True)
-class ImportReport:
-    """What an import or merge did, entry by entry."""
-
-    kind: str
-    policy: str
-    source_device: Mapping[str, str | int | None]
-    source_fingerprint: str
-    exported_at: datetime
-    tool: str
-    #: True when the file came from another device identity (entries arrive unvalidated)
-    other_device: bool
-    #: the `runs` row that logs this import, or None when nothing changed
-    run_id: int | None
-    #: the device row that holds the file's entries kept beside local ones ("both"), or None
-    origin_device: str | None
-    actions: tuple[EntryAction, ...] = ()
-    #: verdict rows written
-    verdicts: int = 0
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """How many entries took each action, every action named even at zero."""
-        out = dict.fromkeys(("added", "unchanged", "kept-local", "replaced", "kept-both"), 0)
-        for a in self.actions:
-            out[a.action] += 1
-        return out
-
-    @property
-    def changed(self) -> bool:
-        """Whether the import wrote anything."""
-        return self.run_id is not None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready values (the `--json` schema of import and merge)."""
-        return {
-            "kind": self.kind,
-            "policy": self.policy,
-            "source_device": dict(self.source_device),
-            "source_fingerprint": self.source_fingerprint,
-            "exported_at": self.exported_at.isoformat(),
-            "tool": self.tool,
-            "other_device": self.other_device,
-            "run_id": self.run_id,
-            "origin_device": self.origin_device,
-            "counts": self.counts,
-            "verdicts": self.verdicts,
-            "entries": [a.as_dict() for a in self.actions],
-        }
-
-
-# --- export ----------------------------------------------------------------------------------
-
-
-def _time(value: datetime) -> str:
+def iso(value: datetime) -> str:
+    """A time as the format writes it: ISO 8601 in UTC."""
     return value.astimezone(UTC).isoformat()
 
 
-def _read_entries(conn: Connection, device_id: int) -> list[tuple[int, _Entry]]:
-    """Every entry of one device, by id, with its candidate set, record and verdicts, in key
-    order."""
-    rows = conn.execute(
-        select(
-            _E.c.id,
-            _K.c.text,
-            _K.c.signature,
-            _S.c.id.label("set_id"),
-            _S.c.checksum,
-            _E.c.choice,
-            _E.c.heuristic,
-            _E.c.status,
-            _E.c.speedup,
-            _E.c.created_at,
-            _E.c.updated_at,
-            _T.c.data,
-            _T.c.samples_count,
-        )
-        .join(_K, _K.c.id == _E.c.key_id)
-        .join(_S, _S.c.id == _E.c.candidate_set_id)
-        .outerjoin(_T, _T.c.entry_id == _E.c.id)
-        .where(_E.c.device_id == device_id)
-        .order_by(_K.c.text, _S.c.checksum)
-    ).all()
-    names = Cache._set_names(conn, {row.set_id for row in rows})
-    verdicts: dict[int, list[_Verdict]] = {}
-    for v in conn.execute(
-        select(
-            _V.c.entry_id,
-            _M.c.name,
-            _M.c.fingerprint,
-            _V.c.verdict,
-            _V.c.gain,
-            _V.c.rounds,
-            _V.c.confirmations,
-            _V.c.created_at,
-            _V.c.updated_at,
-        )
-        .join(_M, _M.c.id == _V.c.model_id)
-        .join(_E, _E.c.id == _V.c.entry_id)
-        .where(_E.c.device_id == device_id)
-        .order_by(_V.c.entry_id, _M.c.name, _M.c.fingerprint)
-    ):
-        verdicts.setdefault(v.entry_id, []).append(
-            _Verdict(
-                v.name,
-                v.fingerprint,
-                v.verdict,
-                v.gain,
-                v.rounds,
-                v.confirmations,
-                v.created_at,
-                v.updated_at,
-            )
-        )
-    return [
-        (
-            row.id,
-            _Entry(
-                key=row.text,
-                signature=row.signature,
-                checksum=row.checksum,
-                names=names[row.set_id],
-                choice=row.choice,
-                heuristic=row.heuristic,
-                status=row.status,
-                speedup=row.speedup,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-                blob=None if row.data is None else bytes(row.data),
-                samples=row.samples_count or 0,
-                verdicts=tuple(verdicts.get(row.id, ())),
-            ),
-        )
-        for row in rows
-    ]
-
-
-def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
-    """Every entry of this cache's device, with its evidence, as one export document.
+def document(
+    device: Device,
+    entries: Sequence[ExportedEntry],
+    *,
+    exported_at: datetime,
+    progress: Progress | None = None,
+) -> bytes:
+    """The export document of `device`'s entries, as canonical CBOR.
 
     Each timing record is decoded on the way out: an export that its own importer would refuse
-    is an error now (run `tunecache doctor --repair`), not a surprise on another machine.
+    is an error now (run `tunecache doctor --repair`), not a surprise on another machine; and
+    so is a document over the default import limits.
     """
-    with cache._read() as conn:
-        device_id = cache._find_device_id(conn)
-        entries = [] if device_id is None else [e for _, e in _read_entries(conn, device_id)]
     sets = sorted({(e.signature, e.checksum): e.names for e in entries}.items())
     set_index = {ident: i for i, (ident, _) in enumerate(sets)}
     models = sorted({(v.model, v.fingerprint) for e in entries for v in e.verdicts})
@@ -410,8 +205,8 @@ def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
                 "heuristic": e.heuristic,
                 "status": e.status,
                 "speedup": e.speedup,
-                "created_at": _time(e.created_at),
-                "updated_at": _time(e.updated_at),
+                "created_at": iso(e.created_at),
+                "updated_at": iso(e.updated_at),
                 "record": e.blob,
                 "validations": [
                     {
@@ -420,8 +215,8 @@ def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
                         "gain": v.gain,
                         "rounds": v.rounds,
                         "confirmations": v.confirmations,
-                        "created_at": _time(v.created_at),
-                        "updated_at": _time(v.updated_at),
+                        "created_at": iso(v.created_at),
+                        "updated_at": iso(v.updated_at),
                     }
                     for v in e.verdicts
                 ],
@@ -433,9 +228,9 @@ def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
         "format": FORMAT,
         "v": FORMAT_VERSION,
         "tool": __version__,
-        "exported_at": _time(utcnow()),
-        "device": cache.device.as_dict(),
-        "fingerprint": cache.device.fingerprint,
+        "exported_at": iso(exported_at),
+        "device": device.as_dict(),
+        "fingerprint": device.fingerprint,
         "candidate_sets": [
             {"signature": sig, "checksum": sum_, "names": list(names)}
             for (sig, sum_), names in sets
@@ -446,11 +241,12 @@ def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
     data: bytes = cbor2.dumps(doc, canonical=True)
     # Never write what the default importer would refuse to read back.
     try:
-        _check_bounds(data, MAX_SIZE, MAX_DEPTH, MAX_ITEMS)
+        _cbor.check_bounds(
+            data, max_size=MAX_SIZE, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, prefix=""
+        )
     except CodecError as error:
         raise CodecError(
-            f"this cache is too large for one export file ({str(error).removeprefix(_PREFIX)}); "
-            "prune it first"
+            f"this cache is too large for one export file ({error}); prune it first"
         ) from None
     return data
 
@@ -459,78 +255,56 @@ def export_cache(cache: Cache, *, progress: Progress | None = None) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class _Document:
+class Document:
     """A decoded, fully checked export."""
 
     tool: str
     exported_at: datetime
     device: Device
-    entries: tuple[_Entry, ...]
+    entries: tuple[ExportedEntry, ...]
 
 
 def _fail(message: str) -> CodecError:
-    return CodecError(_PREFIX + message)
+    return CodecError(PREFIX + message)
 
 
-def _check_bounds(data: bytes, max_size: int, max_depth: int, max_items: int) -> None:
-    """Refuse bytes over the size limit, or whose CBOR headers break the item limits."""
-    if len(data) > max_size:
-        raise _fail(f"{len(data)} bytes exceed the limit of {max_size}")
-    if not data:
-        raise _fail("empty input")
-    try:
-        # The codec's bounded pre-scan walks item headers without building anything, so
-        # declared lengths, depth, tags and indefinite items are refused before cbor2 allocates.
-        codec._prescan(data, max_depth, max_items)
-    except CodecError as error:
-        raise _fail(str(error).removeprefix("timing record: ")) from None
-
-
-def _decode_document(
+def decode_document(
     data: bytes | bytearray | memoryview, max_size: int, max_depth: int, max_items: int
-) -> _Document:
+) -> Document:
     """Decode and check an export from untrusted bytes, raising CodecError for anything else."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise _fail(f"expected bytes, got {type(data).__name__}")
     raw = bytes(data)
     if raw.startswith(SQLITE_HEADER):
         raise _fail("this is an SQLite database, not an export (merge accepts a database)")
-    _check_bounds(raw, max_size, max_depth, max_items)
-    try:
-        obj = cbor2.loads(
-            raw,
-            max_depth=max_depth,
-            allow_indefinite=False,
-            allow_duplicate_keys=False,
-            strict_hashable_types=True,
-        )
-    except Exception as error:  # whatever cbor2 raises, the bytes are not an export
-        raise _fail(f"invalid CBOR: {codec._one_line(error)}") from error
+    obj = _cbor.decode_bounded(
+        raw, max_size=max_size, max_depth=max_depth, max_items=max_items, prefix=PREFIX
+    )
     return _from_wire(obj)
 
 
 def _map(obj: object, keys: frozenset[str], where: str) -> dict[str, Any]:
     """The object as a map with exactly `keys`, else CodecError."""
     if not isinstance(obj, dict):
-        raise _fail(f"{where} is {codec._kind(obj)}, not a map")
+        raise _fail(f"{where} is {kind(obj)}, not a map")
     missing = keys.difference(obj)
     if missing:
         raise _fail(f"{where}: missing key {sorted(missing)[0]!r}")
     unknown = [k for k in obj if k not in keys]
     if unknown:
-        raise _fail(f"{where}: unknown key {codec._short(unknown[0])}")
+        raise _fail(f"{where}: unknown key {short(unknown[0])}")
     return cast(dict[str, Any], obj)
 
 
 def _list(obj: object, where: str) -> list[Any]:
     if not isinstance(obj, list):
-        raise _fail(f"{where} is {codec._kind(obj)}, not an array")
+        raise _fail(f"{where} is {kind(obj)}, not an array")
     return obj
 
 
 def _text(obj: object, where: str, *, empty: bool = False, max_len: int = _MAX_TEXT) -> str:
     if not isinstance(obj, str):
-        raise _fail(f"{where} is {codec._kind(obj)}, not text")
+        raise _fail(f"{where} is {kind(obj)}, not text")
     if not obj and not empty:
         raise _fail(f"{where} is empty")
     if len(obj) > max_len:
@@ -543,20 +317,20 @@ def _when(obj: object, where: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise _fail(f"{where} {codec._short(text)} is not an ISO 8601 time") from None
+        raise _fail(f"{where} {short(text)} is not an ISO 8601 time") from None
     if value.tzinfo is None:
-        raise _fail(f"{where} {codec._short(text)} has no time zone")
+        raise _fail(f"{where} {short(text)} has no time zone")
     try:
         return value.astimezone(UTC)
     except OverflowError:  # 0001-01-01 in a zone east of UTC falls before year 1
-        raise _fail(f"{where} {codec._short(text)} is out of range") from None
+        raise _fail(f"{where} {short(text)} is out of range") from None
 
 
 def _positive(obj: object, where: str) -> float | None:
     if obj is None:
         return None
     if isinstance(obj, bool) or not isinstance(obj, int | float):
-        raise _fail(f"{where} is {codec._kind(obj)}, not a number")
+        raise _fail(f"{where} is {kind(obj)}, not a number")
     if not math.isfinite(obj) or obj <= 0:
         raise _fail(f"{where} must be a finite positive number, got {obj!r}")
     return float(obj)
@@ -564,26 +338,26 @@ def _positive(obj: object, where: str) -> float | None:
 
 def _count(obj: object, where: str) -> int:
     if isinstance(obj, bool) or not isinstance(obj, int) or not 0 <= obj <= _MAX_COUNT:
-        raise _fail(f"{where} must be a non-negative integer, got {codec._short(obj)}")
+        raise _fail(f"{where} must be a non-negative integer, got {short(obj)}")
     return obj
 
 
 def _index(obj: object, size: int, where: str) -> int:
     if isinstance(obj, bool) or not isinstance(obj, int) or not 0 <= obj < size:
-        raise _fail(f"{where} {codec._short(obj)} names nothing in the file")
+        raise _fail(f"{where} {short(obj)} names nothing in the file")
     return obj
 
 
-def _from_wire(obj: object) -> _Document:
+def _from_wire(obj: object) -> Document:
     """Check a decoded export against the v1 schema and build its entries."""
     if not isinstance(obj, dict):
-        raise _fail(f"top level is {codec._kind(obj)}, not a map")
+        raise _fail(f"top level is {kind(obj)}, not a map")
     # The format and version come first, so a newer export is reported as newer, not as bad.
     if obj.get("format") != FORMAT:
         raise _fail("not a tunecache export (no 'format': 'tunecache-export')")
     version = obj.get("v")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise _fail(f"invalid format version {codec._short(version)}")
+        raise _fail(f"invalid format version {short(version)}")
     if version > FORMAT_VERSION:
         raise _fail(
             f"format version {version} is newer than this tunecache reads ({FORMAT_VERSION}); "
@@ -605,7 +379,7 @@ def _from_wire(obj: object) -> _Document:
             raise _fail(f"entry {i}: {entry.key} appears twice for one candidate set")
         seen.add(entry.ident)
         entries.append(entry)
-    return _Document(tool, exported_at, device, tuple(entries))
+    return Document(tool, exported_at, device, tuple(entries))
 
 
 def _device(obj: object) -> Device:
@@ -658,31 +432,31 @@ def _entry(
     i: int,
     sets: list[tuple[str, str, tuple[str, ...]]],
     models: list[tuple[str, str]],
-) -> _Entry:
+) -> ExportedEntry:
     where = f"entry {i}"
     wire = _map(obj, _ENTRY_KEYS, where)
     try:
         key = parse(_text(wire["key"], f"{where} key", max_len=4096))
     except TunecacheError as error:
         raise _fail(f"{where}: {error}") from None
-    where = f"entry {i} ({codec._short(key.text)})"
+    where = f"entry {i} ({short(key.text)})"
     signature, sum_, names = sets[_index(wire["set"], len(sets), f"{where} set")]
     if signature != key.signature:
-        raise _fail(f"{where}: its candidate set is for signature {codec._short(signature)}")
+        raise _fail(f"{where}: its candidate set is for signature {short(signature)}")
     choice = _text(wire["choice"], f"{where} choice")
     if choice not in names:
-        raise _fail(f"{where}: choice {codec._short(choice)} is not one of its candidates")
+        raise _fail(f"{where}: choice {short(choice)} is not one of its candidates")
     heuristic = wire["heuristic"]
     if heuristic is not None and heuristic not in names:
-        raise _fail(f"{where}: heuristic {codec._short(heuristic)} is not one of its candidates")
+        raise _fail(f"{where}: heuristic {short(heuristic)} is not one of its candidates")
     status = wire["status"]
     if status not in ENTRY_STATUSES:
-        raise _fail(f"{where}: status {codec._short(status)} is not one of {ENTRY_STATUSES}")
+        raise _fail(f"{where}: status {short(status)} is not one of {ENTRY_STATUSES}")
     blob = wire["record"]
     record = None
     if blob is not None:
         if not isinstance(blob, bytes):
-            raise _fail(f"{where} record is {codec._kind(blob)}, not a byte string")
+            raise _fail(f"{where} record is {kind(blob)}, not a byte string")
         try:
             record = codec.decode(blob)
         except CodecError as error:
@@ -702,13 +476,13 @@ def _entry(
             raise _fail(f"{vwhere}: a second verdict of the same model")
         seen.add(model)
         if v["verdict"] not in VERDICTS:
-            raise _fail(f"{vwhere}: verdict {codec._short(v['verdict'])} is not one of {VERDICTS}")
+            raise _fail(f"{vwhere}: verdict {short(v['verdict'])} is not one of {VERDICTS}")
         rounds = _count(v["rounds"], f"{vwhere} rounds")
         confirmations = _count(v["confirmations"], f"{vwhere} confirmations")
         if confirmations > rounds:
             raise _fail(f"{vwhere}: confirmations exceed rounds")
         verdicts.append(
-            _Verdict(
+            ExportedVerdict(
                 *models[model],
                 v["verdict"],
                 _positive(v["gain"], f"{vwhere} gain"),
@@ -719,7 +493,7 @@ def _entry(
             )
         )
     verdicts.sort(key=lambda v: (v.model, v.fingerprint))
-    return _Entry(
+    return ExportedEntry(
         key=key.text,
         signature=signature,
         checksum=sum_,
@@ -735,307 +509,3 @@ def _entry(
         verdicts=tuple(verdicts),
         record=record,
     )
-
-
-# --- import ----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Plan:
-    """The actions an import decided on, before it writes any of them."""
-
-    actions: list[EntryAction] = field(default_factory=list)
-    #: entries to write on the local device, with the local entry's id they replace, if any
-    local: list[tuple[_Entry, int | None]] = field(default_factory=list)
-    #: entries to keep beside a local one, under the origin device
-    aside: list[_Entry] = field(default_factory=list)
-
-
-def origin_device(source: Device, origin: str) -> Device:
-    """The device row that holds a source's entries kept beside local ones (policy "both").
-
-    It is the source's own identity with `+origin.<tag>` added to its client version, the tag
-    naming the source device and `origin` (a path, or the export's time): a different
-    identity, so the resolver of a real device never reads it, while merging the same source
-    again updates the same rows instead of piling up copies.
-    """
-    tag = hashlib.sha256(f"{source.fingerprint}\n{origin}".encode()).hexdigest()[:8]
-    suffix = ("." if "+" in source.client_version else "+") + f"origin.{tag}"
-    return replace(source, client_version=source.client_version[: 64 - len(suffix)] + suffix)
-
-
-def _plan(
-    incoming: Iterable[_Entry], local: Mapping[tuple[str, str], tuple[int, _Entry]], policy: str
-) -> _Plan:
-    plan = _Plan()
-    for entry in incoming:
-        found = local.get(entry.ident)
-        if found is None:
-            action = "added"
-            plan.local.append((entry, None))
-        elif found[1].content() == entry.content():
-            action = "unchanged"
-        elif policy == "evidence" and _evidence_of(entry) > _evidence_of(found[1]):
-            action = "replaced"
-            plan.local.append((entry, found[0]))
-        elif policy == "both":
-            action = "kept-both"
-            plan.aside.append(entry)
-        else:
-            action = "kept-local"
-        plan.actions.append(EntryAction(entry.key, entry.checksum, action))
-    return plan
-
-
-def _device_row(conn: Connection, device: Device) -> int:
-    found = conn.execute(select(_D.c.id).where(_D.c.fingerprint == device.fingerprint)).scalar()
-    if found is not None:
-        return int(found)
-    return _insert(
-        conn, _D, fingerprint=device.fingerprint, created_at=utcnow(), **device.as_dict()
-    )
-
-
-class _Writer:
-    """Writes planned entries inside one transaction, remembering the model rows it made."""
-
-    def __init__(self, conn: Connection, run_id: int) -> None:
-        self.conn = conn
-        self.run_id = run_id
-        self.verdicts = 0
-        self._models: dict[tuple[str, str], int] = {}
-
-    def _model(self, name: str, fingerprint: str) -> int:
-        found = self._models.get((name, fingerprint))
-        if found is None:
-            found = self.conn.execute(
-                select(_M.c.id).where(_M.c.name == name, _M.c.fingerprint == fingerprint)
-            ).scalar()
-            if found is None:
-                found = _insert(
-                    self.conn, _M, name=name, fingerprint=fingerprint, created_at=utcnow()
-                )
-            self._models[(name, fingerprint)] = found
-        return int(found)
-
-    def write(self, device_id: int, entry: _Entry, replaces: int | None) -> None:
-        conn = self.conn
-        values = {
-            "choice": entry.choice,
-            "heuristic": entry.heuristic,
-            "status": entry.status,
-            "speedup": entry.speedup,
-            "run_id": self.run_id,
-            "created_at": entry.created_at,
-            "updated_at": entry.updated_at,
-        }
-        if replaces is None:
-            # A row of this device may exist even if the plan saw none: an entry kept aside
-            # from the same export before, under the same origin device.
-            replaces = conn.execute(
-                select(_E.c.id)
-                .join(_K, _K.c.id == _E.c.key_id)
-                .join(_S, _S.c.id == _E.c.candidate_set_id)
-                .where(
-                    _E.c.device_id == device_id,
-                    _K.c.text == entry.key,
-                    _S.c.signature == entry.signature,
-                    _S.c.checksum == entry.checksum,
-                )
-            ).scalar()
-        if replaces is None:
-            entry_id = _insert(
-                conn,
-                _E,
-                device_id=device_id,
-                key_id=Cache._key_row(conn, parse(entry.key)),
-                candidate_set_id=Cache._set_row(conn, entry.signature, entry.names, entry.checksum),
-                **values,
-            )
-        else:
-            entry_id = replaces
-            conn.execute(update(_E).where(_E.c.id == entry_id).values(**values))
-            conn.execute(delete(_T).where(_T.c.entry_id == entry_id))
-            conn.execute(delete(_V).where(_V.c.entry_id == entry_id))
-        if entry.record is not None and entry.blob is not None:
-            Cache._insert_record(
-                conn, entry_id, entry.record, entry.blob, entry.heuristic, entry.updated_at
-            )
-        for v in entry.verdicts:
-            conn.execute(
-                insert(_V).values(
-                    model_id=self._model(v.model, v.fingerprint),
-                    entry_id=entry_id,
-                    verdict=v.verdict,
-                    gain=v.gain,
-                    rounds=v.rounds,
-                    confirmations=v.confirmations,
-                    run_id=self.run_id,
-                    created_at=v.created_at,
-                    updated_at=v.updated_at,
-                )
-            )
-            self.verdicts += 1
-
-
-def import_cache(
-    cache: Cache,
-    data: bytes,
-    *,
-    allow_other_device: bool = False,
-    policy: str = "local",
-    origin: str | None = None,
-    kind: str = "import",
-    progress: Progress | None = None,
-    max_size: int = MAX_SIZE,
-    max_depth: int = MAX_DEPTH,
-    max_items: int = MAX_ITEMS,
-) -> ImportReport:
-    """Import an export into this cache, all or nothing, and say what happened to each entry.
-
-    A file from another device identity is refused with DeviceMismatchError unless
-    `allow_other_device`; then its entries arrive with status "unvalidated" and without the
-    other device's verdicts, which say nothing about this one. Where the file and the cache
-    both hold an entry for a key and candidate set, `policy` decides (see POLICIES and the
-    `evidence` function). `origin` names the source in the `runs` row that logs the import.
-    """
-    if policy not in POLICIES:
-        raise BadArgumentError(f"policy must be one of {POLICIES}, got {policy!r}")
-    doc = _decode_document(data, max_size, max_depth, max_items)
-    other = doc.device.fingerprint != cache.device.fingerprint
-    if other and not allow_other_device:
-        try:
-            cache.device.require_same(doc.device, "the export file")
-        except DeviceMismatchError as error:
-            raise DeviceMismatchError(
-                f"{error} (allow another device to import its entries as unvalidated)"
-            ) from None
-    incoming: Sequence[_Entry] = doc.entries
-    if other:
-        incoming = [replace(e, status="unvalidated", verdicts=()) for e in incoming]
-    source = origin if origin is not None else f"an export made {_time(doc.exported_at)}"
-    aside_device = origin_device(doc.device, source)
-    report = ImportReport(
-        kind=kind,
-        policy=policy,
-        source_device=doc.device.as_dict(),
-        source_fingerprint=doc.device.fingerprint,
-        exported_at=doc.exported_at,
-        tool=doc.tool,
-        other_device=other,
-        run_id=None,
-        origin_device=None,
-    )
-    with cache._write() as conn:
-        device_id = cache._find_device_id(conn)
-        local = [] if device_id is None else _read_entries(conn, device_id)
-        plan = _plan(incoming, {e.ident: (i, e) for i, e in local}, policy)
-        if not plan.local and not plan.aside:
-            return replace(report, actions=tuple(plan.actions))
-        notes = (
-            f"{kind} from {source}: device {doc.device.dirname} {doc.device.client} "
-            f"{doc.device.client_version} ({doc.device.fingerprint}), exported "
-            f"{_time(doc.exported_at)} by tunecache {doc.tool}; policy {policy}"
-        )
-        run_id = cache._insert_run(conn, kind, notes, status="finished")
-        writer = _Writer(conn, run_id)
-        own = cache._device_row(conn)
-        total = len(plan.local) + len(plan.aside)
-        for done, (entry, replaces) in enumerate(plan.local):
-            if progress is not None and done % 256 == 0:
-                progress(kind, done, total)
-            writer.write(own, entry, replaces)
-        aside_id = _device_row(conn, aside_device) if plan.aside else None
-        for entry in plan.aside:
-            assert aside_id is not None
-            writer.write(aside_id, entry, None)
-        if progress is not None:
-            progress(kind, total, total)
-    return replace(
-        report,
-        run_id=run_id,
-        origin_device=aside_device.fingerprint if plan.aside else None,
-        actions=tuple(plan.actions),
-        verdicts=writer.verdicts,
-    )
-
-
-# --- merge -----------------------------------------------------------------------------------
-
-
-def merge(
-    cache: Cache,
-    source: Cache | bytes,
-    *,
-    policy: str = "local",
-    allow_other_device: bool = False,
-    origin: str | None = None,
-    progress: Progress | None = None,
-) -> ImportReport:
-    """Merge another cache, or an export's bytes, into this cache under a conflict policy.
-
-    Merging a cache is importing its export: the same checks, the same all-or-nothing
-    transaction, the same report.
-    """
-    if isinstance(source, Cache):
-        if source.path.resolve() == cache.path.resolve():
-            raise BadArgumentError(f"cannot merge {cache.path} into itself")
-        origin = origin or str(source.path)
-        data = export_cache(source, progress=progress)
-    else:
-        data = source
-    return import_cache(
-        cache,
-        data,
-        allow_other_device=allow_other_device,
-        policy=policy,
-        origin=origin,
-        kind="merge",
-        progress=progress,
-    )
-
-
-def open_source(path: str | Path, prefer: Device) -> Cache:
-    """Open another cache database read-only, as the source of a merge, without changing it.
-
-    Its entries are those of `prefer` if the file has that device, else of its only device.
-    """
-    db = Path(path).absolute()
-    if not db.is_file():
-        raise BadArgumentError(f"no cache database at {db}")
-    uri = "file:" + urllib.parse.quote(str(db)) + "?mode=ro"
-    try:
-        state = migrate.inspect_file(db, 0.0)
-        if state.revision != migrate.HEAD:
-            raise StoreError(
-                f"{db} is at schema revision {state.revision}, not {migrate.HEAD}: open it "
-                "once with this tunecache (`tunecache where --db PATH`) to upgrade it first"
-            )
-        conn = sqlite3.connect(uri, uri=True)
-        try:
-            rows = conn.execute(
-                "SELECT cpu, threads, accelerator, client, client_version FROM devices "
-                "WHERE id IN (SELECT device_id FROM entries)"
-            ).fetchall()
-        finally:
-            conn.close()
-    except sqlite3.Error as error:
-        raise StoreError(f"cannot read {db}: {error}") from error
-    devices = []
-    for cpu, threads, accelerator, client, version in rows:
-        try:
-            devices.append(Device(cpu, threads, accelerator, client, version))
-        except TunecacheError:
-            continue  # a row no tunecache wrote; it has no entries to merge from anyway
-    if prefer in devices:
-        device = prefer
-    elif len(devices) == 1:
-        device = devices[0]
-    else:
-        found = ", ".join(sorted(d.dirname for d in devices)) or "none"
-        raise BadArgumentError(
-            f"{db} holds entries of several devices or none ({found}); export the one to "
-            "merge with `tunecache export --db PATH` and its device options"
-        )
-    engine = make_engine(db, readonly=True)
-    return Cache(db, device, engine, busy_timeout=0.0, outcome=None, readonly_reason="merge source")

@@ -1,0 +1,44 @@
+"""What every maintenance report has in common: a `--json` form, field by field."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, cast
+
+from tunecache.errors import BadArgumentError
+
+__all__ = ["Report", "aware", "jsonable"]
+
+
+def jsonable(value: Any) -> Any:
+    """A report value as JSON data: times in ISO 8601, tuples as lists, bytes as hex."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+class Report:
+    """A value the command line prints: `as_dict` is its `--json` form, field by field."""
+
+    __slots__ = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """This value as JSON-ready data, one key per field."""
+        return cast(dict[str, Any], jsonable(self))
+
+
+def aware(value: datetime | None, what: str) -> datetime | None:
+    """`value` itself, refusing a datetime without a time zone (BadArgumentError)."""
+    if value is not None and value.tzinfo is None:
+        raise BadArgumentError(f"{what} must be a timezone-aware datetime")
+    return value

@@ -1,0 +1,505 @@
+"""Every question the package asks of a cache database, one function each.
+
+The store API (`tunecache.cache`), exchange and maintenance read through these functions, inside
+a transaction they hold (`Cache.transaction`): a question written once is answered the same way
+everywhere. Writes live in `tunecache.store.rows`; the resolver's stdlib-sqlite3 reads of the
+read-contract views live in `tunecache.resolve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
+
+from sqlalchemy import ColumnElement, Connection, Table, exists, func, or_, select
+
+from tunecache.store.models import (
+    CANDIDATE_SETS,
+    CANDIDATES,
+    DEVICES,
+    ENTRIES,
+    KEYS,
+    MODELS,
+    RUNS,
+    TIMING_RECORDS,
+    VALIDATIONS,
+)
+
+__all__ = [
+    "CHUNK",
+    "ORPHANS",
+    "EntryLink",
+    "StoredEntry",
+    "StoredModel",
+    "StoredRun",
+    "StoredVerdict",
+    "chunks",
+    "count",
+    "count_entries",
+    "device_id",
+    "devices_with_entries",
+    "entries",
+    "entry_at",
+    "entry_links",
+    "entry_owned",
+    "foreign_key_violations",
+    "integrity",
+    "models",
+    "open_run_entries",
+    "orphans",
+    "record_data",
+    "records",
+    "run",
+    "run_exists",
+    "running_runs",
+    "runs_noted",
+    "set_checksums",
+    "set_names",
+    "verdicts",
+]
+
+#: how many ids one statement binds at most: SQLite caps the number of bound parameters
+CHUNK = 500
+
+# Short names for the Core tables these statements are built from.
+_E, _K, _S, _V = ENTRIES, KEYS, CANDIDATE_SETS, VALIDATIONS
+_M, _R, _T = MODELS, RUNS, TIMING_RECORDS
+
+
+def chunks(ids: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    """`ids` in slices of at most CHUNK, for statements that bind each of them."""
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+def count(conn: Connection, table: Table) -> int:
+    """How many rows `table` holds, of every device."""
+    return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+
+# --- devices -----------------------------------------------------------------------------------
+
+
+def device_id(conn: Connection, fingerprint: str) -> int | None:
+    """The id of the device row with this fingerprint, or None if there is none."""
+    found = conn.execute(select(DEVICES.c.id).where(DEVICES.c.fingerprint == fingerprint)).scalar()
+    return None if found is None else int(found)
+
+
+def devices_with_entries(conn: Connection) -> list[tuple[Any, ...]]:
+    """The checked fields (cpu, threads, accelerator, client, client_version) of every device
+    that owns at least one entry, as stored (not yet validated)."""
+    d = DEVICES.c
+    rows = conn.execute(
+        select(d.cpu, d.threads, d.accelerator, d.client, d.client_version).where(
+            d.id.in_(select(_E.c.device_id))
+        )
+    )
+    return [tuple(row) for row in rows]
+
+
+# --- entries -----------------------------------------------------------------------------------
+
+
+class StoredEntry(NamedTuple):
+    """One entry row with its key and candidate set, as the entry questions return it."""
+
+    id: int
+    key: str
+    signature: str
+    dims: str
+    set_id: int
+    checksum: str
+    choice: str
+    heuristic: str | None
+    status: str
+    speedup: float | None
+    run_id: int | None
+    created_at: datetime
+    updated_at: datetime
+    #: the timing record's CBOR bytes, or None (always None unless asked for with `records`)
+    data: bytes | None = None
+    #: raw samples in the timing record (0 unless asked for with `records`)
+    samples: int = 0
+
+
+def entries(
+    conn: Connection,
+    device: int,
+    *,
+    entry_id: int | None = None,
+    key: str | None = None,
+    checksum: str | None = None,
+    signature: str | None = None,
+    op: str | None = None,
+    model: str | None = None,
+    status: str | None = None,
+    older_than: datetime | None = None,
+    newer_than: datetime | None = None,
+    order: Literal["recent", "key"] = "recent",
+    limit: int | None = None,
+    records: bool = False,
+) -> list[StoredEntry]:
+    """A device's entries with their keys and candidate sets, filtered as asked.
+
+    `op` is a key's first token (every signature equal to it or starting with it and "_");
+    `model` keeps entries that model has a verdict on, either way; the ages compare the last
+    update. `order` is "recent" (last updated first) or "key" (key text, then checksum).
+    `records` adds each entry's timing-record bytes and sample count.
+    """
+    where: list[ColumnElement[bool]] = [_E.c.device_id == device]
+    if entry_id is not None:
+        where.append(_E.c.id == entry_id)
+    if key is not None:
+        where.append(_K.c.text == key)
+    if checksum is not None:
+        where.append(_S.c.checksum == checksum)
+    if signature is not None:
+        where.append(_K.c.signature == signature)
+    if op is not None:
+        # Tokens are joined by "_", which LIKE reads as a wildcard: autoescape keeps it literal.
+        where.append(
+            or_(_K.c.signature == op, _K.c.signature.startswith(op + "_", autoescape=True))
+        )
+    if model is not None:
+        where.append(
+            exists()
+            .where(_V.c.entry_id == _E.c.id, _M.c.id == _V.c.model_id, _M.c.name == model)
+            .correlate(_E)
+        )
+    if status is not None:
+        where.append(_E.c.status == status)
+    if older_than is not None:
+        where.append(_E.c.updated_at < older_than)
+    if newer_than is not None:
+        where.append(_E.c.updated_at >= newer_than)
+    columns = [
+        _E.c.id,
+        _K.c.text,
+        _K.c.signature,
+        _K.c.dims,
+        _S.c.id.label("set_id"),
+        _S.c.checksum,
+        _E.c.choice,
+        _E.c.heuristic,
+        _E.c.status,
+        _E.c.speedup,
+        _E.c.run_id,
+        _E.c.created_at,
+        _E.c.updated_at,
+    ]
+    if records:
+        columns += [_T.c.data, _T.c.samples_count]
+    query = (
+        select(*columns)
+        .join(_K, _K.c.id == _E.c.key_id)
+        .join(_S, _S.c.id == _E.c.candidate_set_id)
+        .where(*where)
+    )
+    if records:
+        query = query.outerjoin(_T, _T.c.entry_id == _E.c.id)
+    if order == "recent":
+        query = query.order_by(_E.c.updated_at.desc(), _E.c.id.desc())
+    else:
+        query = query.order_by(_K.c.text, _S.c.checksum)
+    if limit is not None:
+        query = query.limit(limit)
+    out = []
+    for row in conn.execute(query):
+        values = tuple(row)
+        if records:
+            data, samples = values[-2:]
+            values = (*values[:-2], None if data is None else bytes(data), samples or 0)
+        out.append(StoredEntry(*values))
+    return out
+
+
+def count_entries(conn: Connection, device: int) -> int:
+    """How many entries the device row `device` has."""
+    query = select(func.count()).select_from(_E).where(_E.c.device_id == device)
+    return int(conn.execute(query).scalar_one())
+
+
+def entry_at(conn: Connection, device: int, key_id: int, set_id: int) -> tuple[int, str] | None:
+    """The (id, choice) of a device's entry for this key row and candidate set, or None."""
+    found = conn.execute(
+        select(_E.c.id, _E.c.choice).where(
+            _E.c.device_id == device, _E.c.key_id == key_id, _E.c.candidate_set_id == set_id
+        )
+    ).first()
+    return None if found is None else (int(found.id), str(found.choice))
+
+
+def entry_owned(conn: Connection, entry_id: int, device: int | None) -> bool:
+    """Whether entry `entry_id` exists and belongs to the device row `device`."""
+    found = conn.execute(
+        select(_E.c.id).where(_E.c.id == entry_id, _E.c.device_id == device)
+    ).scalar()
+    return found is not None
+
+
+class EntryLink(NamedTuple):
+    """An entry row's links and choices, as the whole-file checks need them."""
+
+    id: int
+    key_id: int
+    set_id: int
+    choice: str
+    heuristic: str | None
+
+
+def entry_links(conn: Connection) -> list[EntryLink]:
+    """Every entry of every device: its key and candidate set rows, its choice and heuristic."""
+    e = _E.c
+    rows = conn.execute(select(e.id, e.key_id, e.candidate_set_id, e.choice, e.heuristic))
+    return [EntryLink(*row) for row in rows]
+
+
+def open_run_entries(conn: Connection, device: int) -> set[int]:
+    """Ids of a device's entries that a run still marked "running" wrote or judged."""
+    return {
+        int(row[0])
+        for row in conn.execute(
+            select(_E.c.id)
+            .join(_R, _R.c.id == _E.c.run_id)
+            .where(_E.c.device_id == device, _R.c.status == "running")
+            .union(
+                select(_V.c.entry_id)
+                .join(_R, _R.c.id == _V.c.run_id)
+                .join(_E, _E.c.id == _V.c.entry_id)
+                .where(_E.c.device_id == device, _R.c.status == "running")
+            )
+        )
+    }
+
+
+def set_names(conn: Connection, set_ids: Iterable[int]) -> dict[int, tuple[str, ...]]:
+    """The candidate names of each candidate set, in their order, by set id."""
+    ids = sorted(set(set_ids))
+    out: dict[int, list[str]] = {i: [] for i in ids}
+    for part in chunks(ids):
+        for set_id, name in conn.execute(
+            select(CANDIDATES.c.set_id, CANDIDATES.c.name)
+            .where(CANDIDATES.c.set_id.in_(part))
+            .order_by(CANDIDATES.c.set_id, CANDIDATES.c.position)
+        ):
+            out[set_id].append(name)
+    return {i: tuple(v) for i, v in out.items()}
+
+
+def set_checksums(conn: Connection) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(id, stored checksum, names in order) of every candidate set in the file."""
+    names: dict[int, tuple[str, ...]] = {}
+    for set_id, name in conn.execute(
+        select(CANDIDATES.c.set_id, CANDIDATES.c.name).order_by(
+            CANDIDATES.c.set_id, CANDIDATES.c.position
+        )
+    ):
+        names[set_id] = (*names.get(set_id, ()), name)
+    return [
+        (int(set_id), str(sum_), names.get(set_id, ()))
+        for set_id, sum_ in conn.execute(select(_S.c.id, _S.c.checksum))
+    ]
+
+
+def record_data(conn: Connection, entry_id: int, device: int | None) -> bytes | None:
+    """The CBOR bytes of an entry's timing record, if the entry is the device's and has one."""
+    data = conn.execute(
+        select(_T.c.data)
+        .join(_E, _E.c.id == _T.c.entry_id)
+        .where(_T.c.entry_id == entry_id, _E.c.device_id == device)
+    ).scalar()
+    return None if data is None else bytes(data)
+
+
+def records(conn: Connection) -> Iterator[tuple[int, Any]]:
+    """(id, stored bytes) of every timing record in the file, streamed."""
+    for record_id, data in conn.execute(select(_T.c.id, _T.c.data)):
+        yield int(record_id), data
+
+
+# --- verdicts and models ---------------------------------------------------------------------
+
+
+class StoredVerdict(NamedTuple):
+    """One model's verdict on one entry, with the model named."""
+
+    entry_id: int
+    model_id: int
+    model: str
+    fingerprint: str
+    verdict: str
+    gain: float | None
+    rounds: int
+    confirmations: int
+    run_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def verdicts(
+    conn: Connection,
+    device: int | None,
+    *,
+    entry_id: int | None = None,
+    model: str | None = None,
+    fingerprint: str | None = None,
+    order: Literal["entry", "updated"] = "entry",
+) -> list[StoredVerdict]:
+    """The verdicts on a device's entries, filtered as asked.
+
+    `order` is "entry" (entry id, then model name and fingerprint) or "updated" (oldest
+    first, so a dict built from them keeps each key's latest verdict).
+    """
+    if device is None:
+        return []
+    where: list[ColumnElement[bool]] = [_E.c.device_id == device]
+    if entry_id is not None:
+        where.append(_V.c.entry_id == entry_id)
+    if model is not None:
+        where.append(_M.c.name == model)
+    if fingerprint is not None:
+        where.append(_M.c.fingerprint == fingerprint)
+    query = (
+        select(
+            _V.c.entry_id,
+            _V.c.model_id,
+            _M.c.name,
+            _M.c.fingerprint,
+            _V.c.verdict,
+            _V.c.gain,
+            _V.c.rounds,
+            _V.c.confirmations,
+            _V.c.run_id,
+            _V.c.created_at,
+            _V.c.updated_at,
+        )
+        .join(_M, _M.c.id == _V.c.model_id)
+        .join(_E, _E.c.id == _V.c.entry_id)
+        .where(*where)
+    )
+    if order == "entry":
+        query = query.order_by(_V.c.entry_id, _M.c.name, _M.c.fingerprint)
+    else:
+        query = query.order_by(_V.c.updated_at, _V.c.id)
+    return [StoredVerdict(*row) for row in conn.execute(query)]
+
+
+class StoredModel(NamedTuple):
+    """A model row: a workload by name and fingerprint."""
+
+    id: int
+    name: str
+    fingerprint: str
+    created_at: datetime
+
+
+def models(conn: Connection) -> list[StoredModel]:
+    """Every model in the file, by name and fingerprint."""
+    query = select(_M.c.id, _M.c.name, _M.c.fingerprint, _M.c.created_at).order_by(
+        _M.c.name, _M.c.fingerprint
+    )
+    return [StoredModel(*row) for row in conn.execute(query)]
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+class StoredRun(NamedTuple):
+    """A session of work logged in the `runs` table."""
+
+    id: int
+    kind: str
+    status: str
+    hostname: str
+    pid: int
+    tool_version: str
+    started_at: datetime
+    finished_at: datetime | None
+    notes: str | None
+
+
+def run_exists(conn: Connection, run_id: int) -> bool:
+    """Whether the `runs` table has this id."""
+    return conn.execute(select(_R.c.id).where(_R.c.id == run_id)).scalar() is not None
+
+
+def run(conn: Connection, run_id: int) -> StoredRun | None:
+    """The run with this id, or None."""
+    r = _R.c
+    row = conn.execute(
+        select(
+            r.id,
+            r.kind,
+            r.status,
+            r.hostname,
+            r.pid,
+            r.tool_version,
+            r.started_at,
+            r.finished_at,
+            r.notes,
+        ).where(r.id == run_id)
+    ).first()
+    return None if row is None else StoredRun(*row)
+
+
+def runs_noted(conn: Connection, device: int | None, notes: str, status: str) -> list[int]:
+    """Ids of a device's runs in `status` whose notes are exactly `notes`, oldest first."""
+    rows = conn.execute(
+        select(_R.c.id)
+        .where(_R.c.device_id == device, _R.c.status == status, _R.c.notes == notes)
+        .order_by(_R.c.id)
+    )
+    return [int(row.id) for row in rows]
+
+
+def running_runs(conn: Connection, hostname: str) -> list[tuple[int, int]]:
+    """(id, pid) of every run still marked "running" that was started on `hostname`."""
+    rows = conn.execute(
+        select(_R.c.id, _R.c.pid).where(_R.c.status == "running", _R.c.hostname == hostname)
+    )
+    return [(int(run_id), int(pid)) for run_id, pid in rows]
+
+
+# --- the whole file's health -------------------------------------------------------------------
+
+
+def integrity(conn: Connection) -> tuple[str, ...]:
+    """What SQLite's integrity check says of the file: ("ok",) when it is sound."""
+    return tuple(str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check"))
+
+
+def foreign_key_violations(conn: Connection) -> list[tuple[str, int]]:
+    """(table, rowid) of every row whose foreign key names a row that no longer exists."""
+    return [
+        (str(row[0]), int(row[1]))
+        for row in conn.exec_driver_sql("PRAGMA foreign_key_check")
+        if row[1] is not None
+    ]
+
+
+#: the rows nothing uses any more, by kind: (table, what they are)
+ORPHANS: dict[str, tuple[Table, str]] = {
+    "orphaned-keys": (KEYS, "keys no entry uses"),
+    "orphaned-candidate-sets": (CANDIDATE_SETS, "candidate sets no entry uses"),
+    "orphaned-models": (MODELS, "models with no verdict"),
+    "orphaned-devices": (DEVICES, "device identities with no entry and no run"),
+}
+
+
+def orphans(conn: Connection, kind: str, keep_device: str) -> list[int]:
+    """Ids of the rows of one ORPHANS kind; a device with fingerprint `keep_device` (the one
+    the cache is opened for) is never an orphan."""
+    unused: dict[str, list[ColumnElement[bool]]] = {
+        "orphaned-keys": [~exists().where(_E.c.key_id == _K.c.id)],
+        "orphaned-candidate-sets": [~exists().where(_E.c.candidate_set_id == _S.c.id)],
+        "orphaned-models": [~exists().where(_V.c.model_id == _M.c.id)],
+        "orphaned-devices": [
+            ~exists().where(_E.c.device_id == DEVICES.c.id),
+            ~exists().where(_R.c.device_id == DEVICES.c.id),
+            DEVICES.c.fingerprint != keep_device,
+        ],
+    }
+    table = ORPHANS[kind][0]
+    return [int(row[0]) for row in conn.execute(select(table.c.id).where(*unused[kind]))]
