@@ -35,6 +35,7 @@ from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
     check_timeout,
+    checkpoint,
     make_engine,
     transaction,
 )
@@ -267,13 +268,8 @@ class Cache:
     def checkpoint(self) -> bool:
         """Fold the WAL into the database file and truncate it; False if a reader still
         holding an old snapshot kept it from finishing."""
-        # On the driver's own connection: SQLAlchemy would open a transaction first, and SQLite
-        # refuses a checkpoint inside one ("database table is locked").
-        with busy_errors(self.path, self.busy_timeout), self._engine.connect() as conn:
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy is not None and int(busy[0]) == 0
+        with busy_errors(self.path, self.busy_timeout):
+            return checkpoint(self._engine)
 
     def revision(self) -> str | None:
         """The schema revision stamped in the database."""

@@ -6,14 +6,13 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import urllib.parse
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunecache import paths
 from tunecache.device import Device
 from tunecache.maintain.reports import Report
+from tunecache.store.access import claim, release
 from tunecache.store.quarantine import QUARANTINE_DIR
 
 __all__ = ["PrunedVersion", "prune_versions"]
@@ -61,45 +60,14 @@ def _unexpected(version_dir: Path) -> str | None:
     return None
 
 
-def _claim(db: Path) -> sqlite3.Connection:
-    """Lock a database against every other connection, without waiting, or raise
-    sqlite3.OperationalError.
-
-    Leaving WAL mode needs an exclusive lock, which SQLite grants only when no other
-    connection, in any process, has the database open (each WAL connection holds a shared
-    lock while open, reading or writing); the EXCLUSIVE transaction then keeps newcomers out
-    while the folder goes. A writer is therefore either refused here or never started.
-    """
-    uri = "file:" + urllib.parse.quote(str(db)) + "?mode=rw"
-    conn = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None)
-    try:
-        mode = conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
-        if str(mode).lower() != "delete":
-            raise sqlite3.OperationalError("database is locked (still in WAL mode)")
-        conn.execute("BEGIN EXCLUSIVE")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _release(claims: Iterable[sqlite3.Connection], *, restore: bool) -> None:
-    for conn in claims:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-            if restore:
-                # Give the database back as tunecache keeps it.
-                conn.execute("PRAGMA journal_mode = WAL")
-        conn.close()
-
-
 def prune_versions(
     device: Device, *, root: str | os.PathLike[str] | None = None, dry_run: bool = False
 ) -> list[PrunedVersion]:
     """Remove the version folders of `device`'s client other than its current version.
 
-    Each database in a folder is claimed first (see `_claim`): a folder any process still has
-    a database of open is skipped and reported, never deleted under it. A dry run only looks.
+    Each database in a folder is claimed first (`tunecache.store.access.claim`): a folder any
+    process still has a database of open is skipped and reported, never deleted under it. A
+    dry run only looks.
     """
     tune = paths.cache_root(device.client, root) / "tune"
     if not tune.is_dir():
@@ -128,9 +96,9 @@ def _remove_version(version: str, version_dir: Path, size: int) -> PrunedVersion
     try:
         for db in sorted(version_dir.glob(f"*/{paths.DATABASE_NAME}")):
             try:
-                claims.append(_claim(db))
+                claims.append(claim(db))
             except sqlite3.Error as error:
-                _release(claims, restore=True)
+                release(claims, restore=True)
                 claims = []
                 return PrunedVersion(
                     version,
@@ -142,11 +110,11 @@ def _remove_version(version: str, version_dir: Path, size: int) -> PrunedVersion
         try:
             shutil.rmtree(version_dir)
         except OSError as error:
-            _release(claims, restore=True)
+            release(claims, restore=True)
             claims = []
             return PrunedVersion(
                 version, str(version_dir), size, False, f"cannot remove: {error.strerror}"
             )
         return PrunedVersion(version, str(version_dir), size, True, None)
     finally:
-        _release(claims, restore=False)
+        release(claims, restore=False)

@@ -1,15 +1,20 @@
-"""Who may write a cache file: checks shared by the store and the resolver.
+"""Who may write a cache file, and taking one from every other user: checks shared by the store,
+the resolver and maintenance.
 
 No SQLAlchemy here: the resolver imports this on a runtime's hot path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import stat
+import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["frozen", "read_only_mount"]
+__all__ = ["claim", "frozen", "read_only_mount", "release"]
 
 
 def read_only_mount(path: Path) -> bool:
@@ -35,3 +40,36 @@ def frozen(db: Path) -> bool:
         return False
     anyone_writes = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
     return not any(mode & anyone_writes for mode in modes)
+
+
+def claim(db: Path) -> sqlite3.Connection:
+    """Lock a database against every other connection, without waiting, or raise
+    sqlite3.OperationalError.
+
+    Leaving WAL mode needs an exclusive lock, which SQLite grants only when no other
+    connection, in any process, has the database open (each WAL connection holds a shared
+    lock while open, reading or writing); the EXCLUSIVE transaction then keeps newcomers out
+    while the folder goes. A writer is therefore either refused here or never started.
+    """
+    uri = "file:" + urllib.parse.quote(str(db)) + "?mode=rw"
+    conn = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None)
+    try:
+        mode = conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+        if str(mode).lower() != "delete":
+            raise sqlite3.OperationalError("database is locked (still in WAL mode)")
+        conn.execute("BEGIN EXCLUSIVE")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def release(claims: Iterable[sqlite3.Connection], *, restore: bool) -> None:
+    """Let go of claimed databases; with `restore`, put each back in WAL mode first."""
+    for conn in claims:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+            if restore:
+                # Give the database back as tunecache keeps it.
+                conn.execute("PRAGMA journal_mode = WAL")
+        conn.close()

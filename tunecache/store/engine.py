@@ -32,6 +32,7 @@ __all__ = [
     "MAX_BUSY_TIMEOUT",
     "busy_errors",
     "check_timeout",
+    "checkpoint",
     "is_busy",
     "make_engine",
     "read_connection",
@@ -390,3 +391,15 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         conn.execution_options(**{_READ_OPTION: True})
         yield conn
+
+
+def checkpoint(engine: Engine) -> bool:
+    """Fold the WAL into the database file and truncate it; False if a reader still holding
+    an old snapshot kept it from finishing."""
+    # On the driver's own connection: SQLAlchemy would open a transaction first, and SQLite
+    # refuses a checkpoint inside one ("database table is locked").
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return busy is not None and int(busy[0]) == 0
