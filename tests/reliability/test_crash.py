@@ -40,11 +40,17 @@ def test_kill_during_tuning_writes_loses_no_acknowledged_entry(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_kill_during_a_wal_checkpoint_loses_nothing(tmp_path: Path) -> None:
-    trials = [
-        harness.crash_checkpoint(tmp_path / f"k{seed}.db", seed, batch=30) for seed in range(5)
-    ]
+    # Where a kill lands is up to the scheduler: on a loaded machine a checkpoint can end before
+    # the kill arrives. Every trial is judged, and trials go on (a bounded number) until two
+    # kills landed inside a checkpoint, so the test always checks what it says it checks.
+    trials: list[harness.Trial] = []
+    for seed in range(40):
+        trials.append(harness.crash_checkpoint(tmp_path / f"k{seed}.db", seed, batch=30))
+        inside = sum(t.phase == "in checkpoint" for t in trials)
+        if len(trials) >= 5 and inside >= 2:
+            break
     print(_report(trials))
-    assert any(t.phase == "in checkpoint" for t in trials)  # the kills did land mid-checkpoint
+    assert inside >= 2, _report(trials)  # the kills did land mid-checkpoint
     assert _violations(trials) == []
 
 

@@ -176,8 +176,8 @@ def test_hostile_input_is_refused_typed_quickly_and_in_bounded_memory(tmp_path: 
     bad = {n: o for n, o in results.items() if not o.startswith("refused: ")}
     assert bad == {}
     assert changed == 0  # imports are all or nothing: every refused import wrote nothing
-    # A bound on hangs, not a benchmark: the slowest case takes milliseconds.
-    assert slowest < 1.0
+    # No wall-clock bound here (the machine may be loaded): a case that hangs fails through the
+    # child's deadline, and the slowest case is printed above.
     # The cache with scribbled records still serves its entries.
     with Cache.open(device=DEVICE, path=db) as cache:
         assert cache.count() == len(RECORDS)
