@@ -353,14 +353,16 @@ class Cache:
                 rows.clear_evidence(conn, entry_id, verdicts=old_choice != choice)
             if record is not None and blob is not None:
                 rows.insert_record(conn, entry_id, record, blob, heuristic, now)
-            entry = self._entries(conn, device_id, entry_id=entry_id)[0]
+            entry = self._entries(conn, device_id, queries.EntryFilter(entry_id=entry_id))[0]
         self._device_id = device_id
         return entry
 
-    def _entries(self, conn: Connection, device_id: int | None, **where: Any) -> list[Entry]:
+    def _entries(
+        self, conn: Connection, device_id: int | None, where: queries.EntryFilter | None = None
+    ) -> list[Entry]:
         if device_id is None:
             return []
-        found = queries.entries(conn, device_id, **where)
+        found = queries.entries(conn, device_id, where or queries.EntryFilter())
         names = queries.set_names(conn, {row.set_id for row in found})
         return [
             Entry(
@@ -387,7 +389,8 @@ class Cache:
         key = _as_key(key)
         sum_ = None if candidates is None else checksum(candidates)
         with self._read() as conn:
-            found = self._entries(conn, self._find_device_id(conn), key=key.text, checksum=sum_)
+            where = queries.EntryFilter(key=key.text, checksum=sum_)
+            found = self._entries(conn, self._find_device_id(conn), where)
         return found[0] if found else None
 
     def entries(self) -> list[Entry]:
@@ -419,7 +422,7 @@ class Cache:
             device_id = self._find_device_id(conn)
             if not rows.set_status(conn, entry_id, device_id, status, utcnow()):
                 raise BadRecordError(f"no entry {entry_id} on this device")
-            return self._entries(conn, device_id, entry_id=entry_id)[0]
+            return self._entries(conn, device_id, queries.EntryFilter(entry_id=entry_id))[0]
 
     # -- models, validations, runs ------------------------------------------------------------
 

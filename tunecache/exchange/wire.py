@@ -466,9 +466,32 @@ def _entry(
             raise _fail(f"{where}: its timing record names unknown candidates")
         # Stored canonically, so an export of the import is byte-equal to the file's record.
         blob = codec.encode(record)
+    verdicts = _verdicts(_list(wire["validations"], f"{where} validations"), where, models)
+    return ExportedEntry(
+        key=key.text,
+        signature=signature,
+        checksum=sum_,
+        names=names,
+        choice=choice,
+        heuristic=heuristic,
+        status=status,
+        speedup=_positive(wire["speedup"], f"{where} speedup"),
+        created_at=_when(wire["created_at"], f"{where} created_at"),
+        updated_at=_when(wire["updated_at"], f"{where} updated_at"),
+        blob=blob,
+        samples=0 if record is None else sum(len(c.samples) for c in record.candidates),
+        verdicts=verdicts,
+        record=record,
+    )
+
+
+def _verdicts(
+    items: list[Any], where: str, models: list[tuple[str, str]]
+) -> tuple[ExportedVerdict, ...]:
+    """An entry's verdicts, checked, one per model, in model order."""
     verdicts = []
     seen: set[int] = set()
-    for j, vobj in enumerate(_list(wire["validations"], f"{where} validations")):
+    for j, vobj in enumerate(items):
         vwhere = f"{where} verdict {j}"
         v = _map(vobj, _VALIDATION_KEYS, vwhere)
         model = _index(v["model"], len(models), f"{vwhere} model")
@@ -493,19 +516,4 @@ def _entry(
             )
         )
     verdicts.sort(key=lambda v: (v.model, v.fingerprint))
-    return ExportedEntry(
-        key=key.text,
-        signature=signature,
-        checksum=sum_,
-        names=names,
-        choice=choice,
-        heuristic=heuristic,
-        status=status,
-        speedup=_positive(wire["speedup"], f"{where} speedup"),
-        created_at=_when(wire["created_at"], f"{where} created_at"),
-        updated_at=_when(wire["updated_at"], f"{where} updated_at"),
-        blob=blob,
-        samples=0 if record is None else sum(len(c.samples) for c in record.candidates),
-        verdicts=tuple(verdicts),
-        record=record,
-    )
+    return tuple(verdicts)

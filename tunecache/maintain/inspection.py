@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection
 
@@ -88,19 +87,18 @@ def inspect(cache: Cache, target: int | str | Key) -> list[Inspection]:
     against); NotFoundError if there is none on this device."""
     if isinstance(target, bool):
         raise BadArgumentError("an entry is named by its id or its key")
-    where: dict[str, Any]
     if isinstance(target, int):
-        where = {"entry_id": target}
+        where = queries.EntryFilter(entry_id=target)
         shown = f"entry {target}"
     else:
         text = parse(target).text if isinstance(target, str) else parse(target.text).text
-        where = {"key": text}
+        where = queries.EntryFilter(key=text)
         shown = f"key {text}"
     with cache.transaction() as tx:
         device_id = tx.device_id()
         out = []
         if device_id is not None:
-            found = queries.entries(tx.conn, device_id, **where)
+            found = queries.entries(tx.conn, device_id, where)
             infos = entry_infos(tx.conn, device_id, found)
             out = [
                 _inspect_one(tx.conn, device_id, stored.set_id, info)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection
 
@@ -90,20 +89,21 @@ def list_entries(
         raise BadArgumentError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
     if limit is not None and (isinstance(limit, bool) or limit < 0):
         raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
-    where: dict[str, Any] = {
-        "signature": signature,
-        "op": op,
-        "model": model,
-        "status": status,
-        "older_than": aware(older_than, "older_than"),
-        "newer_than": aware(newer_than, "newer_than"),
-        "limit": limit,
-    }
+    where = queries.EntryFilter(
+        signature=signature,
+        op=op,
+        model=model,
+        status=status,
+        older_than=aware(older_than, "older_than"),
+        newer_than=aware(newer_than, "newer_than"),
+    )
     with cache.transaction() as tx:
         device_id = tx.device_id()
         if device_id is None:
             return []
-        return entry_infos(tx.conn, device_id, queries.entries(tx.conn, device_id, **where))
+        return entry_infos(
+            tx.conn, device_id, queries.entries(tx.conn, device_id, where, limit=limit)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,9 @@ def make_engine(
     `immutable` (read-only engines only) promises SQLite that nobody changes the file while it
     is open, so it reads without the `-shm` file a WAL database otherwise needs: the only way
     to read a cache in a folder no one may write to (see `health.frozen`).
+
+    One function on purpose: the connect, checkout, begin, commit and rollback listeners are
+    closures over this engine's path, deadline, mode and write queue, and are read together.
     """
     path = Path(path)
     busy_timeout = check_timeout(busy_timeout)

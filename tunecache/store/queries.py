@@ -9,6 +9,7 @@ read-contract views live in `tunecache.resolve`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -29,6 +30,7 @@ from tunecache.store.models import (
 __all__ = [
     "CHUNK",
     "ORPHANS",
+    "EntryFilter",
     "EntryLink",
     "StoredEntry",
     "StoredModel",
@@ -124,56 +126,70 @@ class StoredEntry(NamedTuple):
     samples: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class EntryFilter:
+    """Which of a device's entries `entries` returns: every field that is not None must hold.
+
+    `op` is a key's first token (every signature equal to it, or starting with it and "_");
+    `model` keeps entries that model has a verdict on, either way; the ages compare the last
+    update (`older_than` is exclusive, `newer_than` inclusive).
+    """
+
+    entry_id: int | None = None
+    key: str | None = None
+    checksum: str | None = None
+    signature: str | None = None
+    op: str | None = None
+    model: str | None = None
+    status: str | None = None
+    older_than: datetime | None = None
+    newer_than: datetime | None = None
+
+    def clauses(self, device: int) -> list[ColumnElement[bool]]:
+        """The WHERE clauses that select these entries of the device row `device`."""
+        where: list[ColumnElement[bool]] = [_E.c.device_id == device]
+        if self.entry_id is not None:
+            where.append(_E.c.id == self.entry_id)
+        if self.key is not None:
+            where.append(_K.c.text == self.key)
+        if self.checksum is not None:
+            where.append(_S.c.checksum == self.checksum)
+        if self.signature is not None:
+            where.append(_K.c.signature == self.signature)
+        if self.op is not None:
+            # Tokens are joined by "_", which LIKE reads as a wildcard: autoescape keeps it
+            # literal.
+            prefix = _K.c.signature.startswith(self.op + "_", autoescape=True)
+            where.append(or_(_K.c.signature == self.op, prefix))
+        if self.model is not None:
+            where.append(
+                exists()
+                .where(_V.c.entry_id == _E.c.id, _M.c.id == _V.c.model_id, _M.c.name == self.model)
+                .correlate(_E)
+            )
+        if self.status is not None:
+            where.append(_E.c.status == self.status)
+        if self.older_than is not None:
+            where.append(_E.c.updated_at < self.older_than)
+        if self.newer_than is not None:
+            where.append(_E.c.updated_at >= self.newer_than)
+        return where
+
+
 def entries(
     conn: Connection,
     device: int,
+    where: EntryFilter = EntryFilter(),
     *,
-    entry_id: int | None = None,
-    key: str | None = None,
-    checksum: str | None = None,
-    signature: str | None = None,
-    op: str | None = None,
-    model: str | None = None,
-    status: str | None = None,
-    older_than: datetime | None = None,
-    newer_than: datetime | None = None,
     order: Literal["recent", "key"] = "recent",
     limit: int | None = None,
     records: bool = False,
 ) -> list[StoredEntry]:
-    """A device's entries with their keys and candidate sets, filtered as asked.
+    """A device's entries with their keys and candidate sets, those `where` selects.
 
-    `op` is a key's first token (every signature equal to it or starting with it and "_");
-    `model` keeps entries that model has a verdict on, either way; the ages compare the last
-    update. `order` is "recent" (last updated first) or "key" (key text, then checksum).
-    `records` adds each entry's timing-record bytes and sample count.
+    `order` is "recent" (last updated first) or "key" (key text, then checksum). `records` adds
+    each entry's timing-record bytes and sample count.
     """
-    where: list[ColumnElement[bool]] = [_E.c.device_id == device]
-    if entry_id is not None:
-        where.append(_E.c.id == entry_id)
-    if key is not None:
-        where.append(_K.c.text == key)
-    if checksum is not None:
-        where.append(_S.c.checksum == checksum)
-    if signature is not None:
-        where.append(_K.c.signature == signature)
-    if op is not None:
-        # Tokens are joined by "_", which LIKE reads as a wildcard: autoescape keeps it literal.
-        where.append(
-            or_(_K.c.signature == op, _K.c.signature.startswith(op + "_", autoescape=True))
-        )
-    if model is not None:
-        where.append(
-            exists()
-            .where(_V.c.entry_id == _E.c.id, _M.c.id == _V.c.model_id, _M.c.name == model)
-            .correlate(_E)
-        )
-    if status is not None:
-        where.append(_E.c.status == status)
-    if older_than is not None:
-        where.append(_E.c.updated_at < older_than)
-    if newer_than is not None:
-        where.append(_E.c.updated_at >= newer_than)
     columns = [
         _E.c.id,
         _K.c.text,
@@ -195,7 +211,7 @@ def entries(
         select(*columns)
         .join(_K, _K.c.id == _E.c.key_id)
         .join(_S, _S.c.id == _E.c.candidate_set_id)
-        .where(*where)
+        .where(*where.clauses(device))
     )
     if records:
         query = query.outerjoin(_T, _T.c.entry_id == _E.c.id)
