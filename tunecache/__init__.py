@@ -11,23 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tunecache import errors
 from tunecache._version import __version__
-from tunecache.errors import (
-    BadArgumentError,
-    BadKeyError,
-    BadRecordError,
-    CodecError,
-    DeviceMismatchError,
-    NotFoundError,
-    ReadOnlyStoreError,
-    SchemaTooNewError,
-    SQLiteDefectWarning,
-    StoreBusyError,
-    StoreError,
-    TunecacheError,
-    TunecacheWarning,
-    TuneInterrupted,
-)
+
+# Every exception and warning tunecache raises, as tunecache.errors lists them.
+from tunecache.errors import *  # noqa: F403
 from tunecache.keys import Key, format_key, make_key, parse
 
 if TYPE_CHECKING:
@@ -64,21 +52,8 @@ __all__ = [
     "set_default",
     "tunable",
     "using",
-    # errors
-    "BadArgumentError",
-    "BadKeyError",
-    "BadRecordError",
-    "CodecError",
-    "DeviceMismatchError",
-    "NotFoundError",
-    "ReadOnlyStoreError",
-    "SchemaTooNewError",
-    "SQLiteDefectWarning",
-    "StoreBusyError",
-    "StoreError",
-    "TuneInterrupted",
-    "TunecacheError",
-    "TunecacheWarning",
+    # errors: every exception and warning
+    *errors.__all__,
 ]
 
 _LAZY = {

@@ -16,7 +16,15 @@ import cbor2
 
 from tunecache.errors import CodecError
 
-__all__ = ["check_bounds", "decode_bounded", "kind", "one_line", "prescan", "short"]
+__all__ = [
+    "check_bounds",
+    "check_keys",
+    "decode_bounded",
+    "kind",
+    "one_line",
+    "prescan",
+    "short",
+]
 
 
 def check_bounds(
@@ -115,6 +123,17 @@ def prescan(data: bytes, *, max_depth: int, max_items: int, prefix: str) -> None
             break
     if pos != n:
         raise CodecError(f"{prefix}{n - pos} trailing byte(s) after the record at byte {pos}")
+
+
+def check_keys(obj: dict[object, object], expected: frozenset[str], where: str) -> None:
+    """Refuse a decoded map that lacks a key of its schema or has one outside it; messages
+    start with `where`."""
+    missing = expected.difference(obj)
+    if missing:
+        raise CodecError(f"{where}missing key {sorted(missing)[0]!r}")
+    unknown = [k for k in obj if k not in expected]
+    if unknown:
+        raise CodecError(f"{where}unknown key {short(unknown[0])}")
 
 
 def _too_long(prefix: str, length: int, start: int, left: int) -> CodecError:

@@ -365,18 +365,7 @@ class Cache:
         found = queries.entries(conn, device_id, where or queries.EntryFilter())
         names = queries.set_names(conn, {row.set_id for row in found})
         return [
-            Entry(
-                id=row.id,
-                key=parse(row.key),
-                choice=row.choice,
-                heuristic=row.heuristic,
-                status=row.status,
-                speedup=row.speedup,
-                candidates=names[row.set_id],
-                checksum=row.checksum,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-            )
+            Entry(**{**row.values_for(Entry), "key": parse(row.key)}, candidates=names[row.set_id])
             for row in found
         ]
 

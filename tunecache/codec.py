@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import cbor2
 
-from tunecache._cbor import check_bounds, decode_bounded, kind, one_line, short
+from tunecache._cbor import check_bounds, check_keys, decode_bounded, kind, one_line, short
 from tunecache.errors import CodecError
 
 __all__ = [
@@ -213,7 +213,7 @@ def _from_wire(obj: object) -> TimingRecord:
             f"{_PREFIX}format version {version} is newer than this tunecache reads"
             f" ({FORMAT_VERSION})"
         )
-    _check_keys(obj, _TOP_KEYS, _PREFIX)
+    check_keys(obj, _TOP_KEYS, _PREFIX)
     wire_candidates = obj["c"]
     if not isinstance(wire_candidates, list):
         raise CodecError(f"{_PREFIX}'c' is {kind(wire_candidates)}, not an array")
@@ -223,7 +223,7 @@ def _from_wire(obj: object) -> TimingRecord:
         if not isinstance(wc, dict):
             raise CodecError(f"{_PREFIX}candidate {i} is {kind(wc)}, not a map")
         where = _where(i, wc.get("n"))
-        _check_keys(wc, _CANDIDATE_KEYS, where)
+        check_keys(wc, _CANDIDATE_KEYS, where)
         name = _check_name(wc["n"], where, names)
         loops, error, pruned = wc["l"], wc["e"], wc["p"]
         _check_loops(loops, where)
@@ -325,16 +325,6 @@ def _scalars(mapping: object, what: str) -> dict[str, Scalar]:
             raise CodecError(f"{where}value is {kind(value)}, not str, int, float, bool or None")
         out[key] = value
     return out
-
-
-def _check_keys(obj: dict[object, object], expected: frozenset[str], where: str) -> None:
-    """Refuse a map that lacks a key of its schema or has one outside it."""
-    missing = expected.difference(obj)
-    if missing:
-        raise CodecError(f"{where}missing key {sorted(missing)[0]!r}")
-    unknown = [k for k in obj if k not in expected]
-    if unknown:
-        raise CodecError(f"{where}unknown key {short(unknown[0])}")
 
 
 def _where(index: int, name: object) -> str:

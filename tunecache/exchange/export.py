@@ -20,33 +20,15 @@ def read_entries(conn: Connection, device_id: int) -> list[tuple[int, ExportedEn
     verdicts: dict[int, list[ExportedVerdict]] = {}
     for v in queries.verdicts(conn, device_id):
         verdicts.setdefault(v.entry_id, []).append(
-            ExportedVerdict(
-                v.model,
-                v.fingerprint,
-                v.verdict,
-                v.gain,
-                v.rounds,
-                v.confirmations,
-                v.created_at,
-                v.updated_at,
-            )
+            ExportedVerdict(**v.facts(), created_at=v.created_at, updated_at=v.updated_at)
         )
     return [
         (
             row.id,
             ExportedEntry(
-                key=row.key,
-                signature=row.signature,
-                checksum=row.checksum,
+                **row.values_for(ExportedEntry),
                 names=names[row.set_id],
-                choice=row.choice,
-                heuristic=row.heuristic,
-                status=row.status,
-                speedup=row.speedup,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
                 blob=row.data,
-                samples=row.samples,
                 verdicts=tuple(verdicts.get(row.id, ())),
             ),
         )

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import cbor2
 
@@ -31,24 +31,27 @@ from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.keys import parse
 from tunecache.store.models import ENTRY_STATUSES, VERDICTS
+from tunecache.store.queries import VerdictFacts
 
 if TYPE_CHECKING:
     from tunecache.cache import Progress
 
 __all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "MAX_DEPTH",
-    "MAX_ITEMS",
-    "MAX_SIZE",
-    "PREFIX",
-    "SQLITE_HEADER",
+    # the document
     "Document",
     "ExportedEntry",
     "ExportedVerdict",
     "decode_document",
     "document",
     "iso",
+    # its format and limits
+    "FORMAT",
+    "FORMAT_VERSION",
+    "PREFIX",
+    "SQLITE_HEADER",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "MAX_SIZE",
 ]
 
 #: the value of the "format" key: what says this CBOR is a tunecache export at all
@@ -108,15 +111,9 @@ _MAX_COUNT = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
-class ExportedVerdict:
-    """A model's verdict on an entry, with the model named rather than numbered."""
+class ExportedVerdict(VerdictFacts):
+    """A model's verdict on an entry as an export carries it: the model named, not numbered."""
 
-    model: str
-    fingerprint: str
-    verdict: str
-    gain: float | None
-    rounds: int
-    confirmations: int
     created_at: datetime
     updated_at: datetime
 
@@ -254,8 +251,7 @@ def document(
 # --- decoding an export ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Document:
+class Document(NamedTuple):
     """A decoded, fully checked export."""
 
     tool: str
@@ -287,12 +283,7 @@ def _map(obj: object, keys: frozenset[str], where: str) -> dict[str, Any]:
     """The object as a map with exactly `keys`, else CodecError."""
     if not isinstance(obj, dict):
         raise _fail(f"{where} is {kind(obj)}, not a map")
-    missing = keys.difference(obj)
-    if missing:
-        raise _fail(f"{where}: missing key {sorted(missing)[0]!r}")
-    unknown = [k for k in obj if k not in keys]
-    if unknown:
-        raise _fail(f"{where}: unknown key {short(unknown[0])}")
+    _cbor.check_keys(obj, keys, f"{PREFIX}{where}: ")
     return cast(dict[str, Any], obj)
 
 

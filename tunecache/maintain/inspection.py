@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from sqlalchemy import Connection
@@ -38,15 +38,9 @@ class CandidateInfo(Report):
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict(Report):
-    """A model's verdict on an entry."""
+class Verdict(queries.VerdictFacts, Report):
+    """A model's verdict on an entry, with the run that wrote it and when."""
 
-    model: str
-    fingerprint: str
-    verdict: str
-    gain: float | None
-    rounds: int
-    confirmations: int
     run_id: int | None
     updated_at: datetime
 
@@ -138,16 +132,7 @@ def _inspect_one(conn: Connection, device_id: int, set_id: int, info: EntryInfo)
             error = str(e)
     timings = {c.name: c for c in record.candidates} if record is not None else {}
     verdicts = tuple(
-        Verdict(
-            v.model,
-            v.fingerprint,
-            v.verdict,
-            v.gain,
-            v.rounds,
-            v.confirmations,
-            v.run_id,
-            v.updated_at,
-        )
+        Verdict(**v.facts(), run_id=v.run_id, updated_at=v.updated_at)
         for v in queries.verdicts(conn, device_id, entry_id=info.id)
     )
     run = None if info.run_id is None else queries.run(conn, info.run_id)
@@ -159,5 +144,5 @@ def _inspect_one(conn: Connection, device_id: int, set_id: int, info: EntryInfo)
         has_record=blob is not None,
         record_error=error,
         verdicts=verdicts,
-        run=None if run is None else RunInfo(*run),
+        run=None if run is None else RunInfo(**{f.name: run[f.name] for f in fields(RunInfo)}),
     )

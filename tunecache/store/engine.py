@@ -297,27 +297,21 @@ def make_engine(
     # SQLAlchemy announces a commit or rollback before it asks the driver, so the statement is
     # run here, and the queue let go only once it has returned; the driver's own call then
     # finds no transaction and does nothing.
-    @event.listens_for(engine, "commit")
-    def _on_commit(conn: Connection) -> None:
-        fd = conn.info.pop(_LOCK_INFO, None)
-        _held.pop(conn, None)
-        if fd is not None:
-            try:
-                _raw(conn).execute("COMMIT")
-            finally:
-                queue.release(fd)
-
-    @event.listens_for(engine, "rollback")
-    def _on_rollback(conn: Connection) -> None:
+    def end(conn: Connection, statement: str) -> None:
         fd = conn.info.pop(_LOCK_INFO, None)
         _held.pop(conn, None)
         if fd is not None:
             try:
                 raw = _raw(conn)
-                if raw.in_transaction:
-                    raw.execute("ROLLBACK")
+                # A rollback may find the transaction already gone (an interrupted statement
+                # rolls it back); a commit must reach SQLite, and raises if it cannot.
+                if statement == "COMMIT" or raw.in_transaction:
+                    raw.execute(statement)
             finally:
                 queue.release(fd)
+
+    event.listen(engine, "commit", lambda conn: end(conn, "COMMIT"))
+    event.listen(engine, "rollback", lambda conn: end(conn, "ROLLBACK"))
 
     _engines.add(engine)
     return engine

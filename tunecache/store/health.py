@@ -308,19 +308,7 @@ def _readonly_state(
 ) -> migrate.FileState:
     try:
         with busy_errors(db, busy_timeout), read_connection(engine) as conn:
-            tables = frozenset(
-                str(row[0])
-                for row in conn.exec_driver_sql(
-                    "SELECT name FROM sqlite_master "
-                    "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-                )
-            )
-            revisions: tuple[str, ...] = ()
-            if "alembic_version" in tables:
-                revisions = tuple(
-                    str(row[0])
-                    for row in conn.exec_driver_sql("SELECT version_num FROM alembic_version")
-                )
+            return migrate.read_state(conn.exec_driver_sql)
     except StoreError as error:
         code = _sqlite_code(error.__cause__ or error)
         if code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
@@ -336,4 +324,3 @@ def _readonly_state(
                 f"aside: {denied}"
             ) from error
         raise
-    return migrate.FileState(revisions, tables)

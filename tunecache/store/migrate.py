@@ -43,6 +43,7 @@ __all__ = [
     "ensure_schema",
     "inspect_file",
     "migration_connection",
+    "read_state",
     "script_location",
 ]
 
@@ -112,13 +113,14 @@ def inspect_file(path: Path, busy_timeout: float) -> FileState:
     with busy_errors(path, busy_timeout):
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:
-            return _state(conn.execute)
+            return read_state(conn.execute)
         finally:
             conn.close()
 
 
-def _state(run: Callable[[str], Iterable[Sequence[Any]]]) -> FileState:
-    """The FileState read with `run`, a function that executes one SQL statement."""
+def read_state(run: Callable[[str], Iterable[Sequence[Any]]]) -> FileState:
+    """The FileState of a database, read with `run`: a function that executes one SQL statement
+    on a connection to it (stdlib sqlite3's `execute`, SQLAlchemy's `exec_driver_sql`)."""
     tables = frozenset(
         str(row[0])
         for row in run(
@@ -226,7 +228,7 @@ def ensure_schema(engine: Engine, path: Path) -> Outcome:
     # The write lock is taken before looking again: whoever gets it first creates or upgrades,
     # and everyone after it finds the work done.
     with migration_connection(engine, path) as conn:
-        state = _state(conn.exec_driver_sql)
+        state = read_state(conn.exec_driver_sql)
         if state.revisions == (HEAD,):
             return Outcome.CURRENT
         check_writable_schema(state, path)

@@ -8,7 +8,7 @@ read contract for people: it is created with the tables and kept compatible by t
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import (
     DDL,
@@ -82,13 +82,30 @@ _NAMING = {
 _AUTOINCREMENT = {"sqlite_autoincrement": True}
 
 
+def _numbered(*constraints: Any) -> tuple[Any, ...]:
+    """The table arguments of a table with an integer id: its constraints, and AUTOINCREMENT."""
+    return (*constraints, _AUTOINCREMENT)
+
+
 def utcnow() -> datetime:
     """The current time in UTC, as every timestamp in the store is kept."""
     return datetime.now(UTC)
 
 
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return "{} IN ({})".format(column, ", ".join(f"'{v}'" for v in values))
+def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
+    """A check that `column` holds one of `values`, named after the column."""
+    listed = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({listed})", name=column)
+
+
+def _owner(table: str, **options: Any) -> Any:
+    """A column naming the row of `table` this row belongs to: the row goes when that one does."""
+    return mapped_column(ForeignKey(f"{table}.id", ondelete="CASCADE"), **options)
+
+
+def _writer() -> Any:
+    """A column naming the run that wrote this row: the row stays (NULL) when the run goes."""
+    return mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -129,7 +146,7 @@ class DeviceRow(Base):
     """A device identity that owns entries; every checked field is a column."""
 
     __tablename__ = "devices"
-    __table_args__ = (_AUTOINCREMENT,)
+    __table_args__ = _numbered()
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
@@ -145,7 +162,7 @@ class CandidateSet(Base):
     """The ordered list of legal candidates of a signature, named by its checksum."""
 
     __tablename__ = "candidate_sets"
-    __table_args__ = (UniqueConstraint("signature", "checksum"), _AUTOINCREMENT)
+    __table_args__ = _numbered(UniqueConstraint("signature", "checksum"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     signature: Mapped[str] = mapped_column(Text)
@@ -160,9 +177,7 @@ class Candidate(Base):
     __tablename__ = "candidates"
     __table_args__ = (UniqueConstraint("set_id", "name"),)
 
-    set_id: Mapped[int] = mapped_column(
-        ForeignKey("candidate_sets.id", ondelete="CASCADE"), primary_key=True
-    )
+    set_id: Mapped[int] = _owner("candidate_sets", primary_key=True)
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(Text)
 
@@ -171,7 +186,7 @@ class KeyRow(Base):
     """An op key: its canonical text, its signature and its dims."""
 
     __tablename__ = "keys"
-    __table_args__ = (_AUTOINCREMENT,)
+    __table_args__ = _numbered()
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     text: Mapped[str] = mapped_column(Text, unique=True)
@@ -184,7 +199,7 @@ class RunRow(Base):
     """A log line for one tuning, validation or import session."""
 
     __tablename__ = "runs"
-    __table_args__ = (CheckConstraint(_in("status", RUN_STATUSES), name="status"), _AUTOINCREMENT)
+    __table_args__ = _numbered(_one_of("status", RUN_STATUSES))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(Text)
@@ -204,25 +219,22 @@ class EntryRow(Base):
     """One decision: for a device, key and candidate set, the chosen candidate."""
 
     __tablename__ = "entries"
-    __table_args__ = (
+    __table_args__ = _numbered(
         UniqueConstraint("device_id", "key_id", "candidate_set_id"),
-        CheckConstraint(_in("status", ENTRY_STATUSES), name="status"),
+        _one_of("status", ENTRY_STATUSES),
         Index(None, "key_id"),
-        _AUTOINCREMENT,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
-    key_id: Mapped[int] = mapped_column(ForeignKey("keys.id", ondelete="CASCADE"))
-    candidate_set_id: Mapped[int] = mapped_column(
-        ForeignKey("candidate_sets.id", ondelete="CASCADE")
-    )
+    device_id: Mapped[int] = _owner("devices")
+    key_id: Mapped[int] = _owner("keys")
+    candidate_set_id: Mapped[int] = _owner("candidate_sets")
     choice: Mapped[str] = mapped_column(Text)
     heuristic: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(Text, default="unvalidated")
     #: heuristic time over chosen time from the evidence that kept the entry (> 1 is faster)
     speedup: Mapped[float | None] = mapped_column(Float)
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    run_id: Mapped[int | None] = _writer()
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -231,10 +243,10 @@ class TimingRecordRow(Base):
     """The evidence behind an entry: summary columns and the CBOR of every raw sample."""
 
     __tablename__ = "timing_records"
-    __table_args__ = (_AUTOINCREMENT,)
+    __table_args__ = _numbered()
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), unique=True)
+    entry_id: Mapped[int] = _owner("entries", unique=True)
     format_version: Mapped[int] = mapped_column(Integer)
     best: Mapped[str | None] = mapped_column(Text)
     best_median_s: Mapped[float | None] = mapped_column(Float)
@@ -251,9 +263,7 @@ class CandidateTimingRow(Base):
 
     __tablename__ = "candidate_timings"
 
-    record_id: Mapped[int] = mapped_column(
-        ForeignKey("timing_records.id", ondelete="CASCADE"), primary_key=True
-    )
+    record_id: Mapped[int] = _owner("timing_records", primary_key=True)
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     median_s: Mapped[float | None] = mapped_column(Float)
     min_s: Mapped[float | None] = mapped_column(Float)
@@ -268,7 +278,7 @@ class ModelRow(Base):
     """A whole workload that uses many keys, by name and fingerprint."""
 
     __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("name", "fingerprint"), _AUTOINCREMENT)
+    __table_args__ = _numbered(UniqueConstraint("name", "fingerprint"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(Text)
@@ -280,22 +290,21 @@ class ValidationRow(Base):
     """A model's verdict on an entry, from paired whole-model runs."""
 
     __tablename__ = "validations"
-    __table_args__ = (
+    __table_args__ = _numbered(
         UniqueConstraint("model_id", "entry_id"),
-        CheckConstraint(_in("verdict", VERDICTS), name="verdict"),
+        _one_of("verdict", VERDICTS),
         Index(None, "entry_id"),
-        _AUTOINCREMENT,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
-    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
+    model_id: Mapped[int] = _owner("models")
+    entry_id: Mapped[int] = _owner("entries")
     verdict: Mapped[str] = mapped_column(Text)
     #: paired whole-model gain, heuristic-table time over with-entry time (> 1 is faster)
     gain: Mapped[float | None] = mapped_column(Float)
     rounds: Mapped[int] = mapped_column(Integer, default=0)
     confirmations: Mapped[int] = mapped_column(Integer, default=0)
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    run_id: Mapped[int | None] = _writer()
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

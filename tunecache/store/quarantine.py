@@ -72,18 +72,7 @@ def problem(db: Path, busy_timeout: float, *, schema: bool = True) -> str | None
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:
-            tables = frozenset(
-                str(row[0])
-                for row in conn.execute(
-                    "SELECT name FROM sqlite_master "
-                    "WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-                )
-            )
-            revisions: tuple[str, ...] = ()
-            if "alembic_version" in tables:
-                revisions = tuple(
-                    str(row[0]) for row in conn.execute("SELECT version_num FROM alembic_version")
-                )
+            state = migrate.read_state(conn.execute)
             # quick_check reads every page but skips matching indexes to tables: it finds torn
             # and scribbled pages in milliseconds for a cache of thousands of entries.
             verdict = conn.execute("PRAGMA quick_check(1)").fetchone()
@@ -100,7 +89,7 @@ def problem(db: Path, busy_timeout: float, *, schema: bool = True) -> str | None
         return f"integrity check failed: {found}"
     if schema:
         try:
-            migrate.check_writable_schema(migrate.FileState(revisions, tables), db)
+            migrate.check_writable_schema(state, db)
         except SchemaTooNewError:
             return None
         except StoreError as error:

@@ -9,23 +9,13 @@ read-contract views live in `tunecache.resolve`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import ColumnElement, Connection, Table, exists, func, or_, select
 
-from tunecache.store.models import (
-    CANDIDATE_SETS,
-    CANDIDATES,
-    DEVICES,
-    ENTRIES,
-    KEYS,
-    MODELS,
-    RUNS,
-    TIMING_RECORDS,
-    VALIDATIONS,
-)
+from tunecache.store import models as tables
 
 __all__ = [
     "CHUNK",
@@ -34,8 +24,8 @@ __all__ = [
     "EntryLink",
     "StoredEntry",
     "StoredModel",
-    "StoredRun",
     "StoredVerdict",
+    "VerdictFacts",
     "chunks",
     "count",
     "count_entries",
@@ -65,8 +55,9 @@ __all__ = [
 CHUNK = 500
 
 # Short names for the Core tables these statements are built from.
-_E, _K, _S, _V = ENTRIES, KEYS, CANDIDATE_SETS, VALIDATIONS
-_M, _R, _T = MODELS, RUNS, TIMING_RECORDS
+_E, _K, _S, _V = tables.ENTRIES, tables.KEYS, tables.CANDIDATE_SETS, tables.VALIDATIONS
+_M, _R, _T = tables.MODELS, tables.RUNS, tables.TIMING_RECORDS
+_C, _D = tables.CANDIDATES, tables.DEVICES
 
 
 def chunks(ids: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -85,14 +76,14 @@ def count(conn: Connection, table: Table) -> int:
 
 def device_id(conn: Connection, fingerprint: str) -> int | None:
     """The id of the device row with this fingerprint, or None if there is none."""
-    found = conn.execute(select(DEVICES.c.id).where(DEVICES.c.fingerprint == fingerprint)).scalar()
+    found = conn.execute(select(_D.c.id).where(_D.c.fingerprint == fingerprint)).scalar()
     return None if found is None else int(found)
 
 
 def devices_with_entries(conn: Connection) -> list[tuple[Any, ...]]:
     """The checked fields (cpu, threads, accelerator, client, client_version) of every device
     that owns at least one entry, as stored (not yet validated)."""
-    d = DEVICES.c
+    d = _D.c
     rows = conn.execute(
         select(d.cpu, d.threads, d.accelerator, d.client, d.client_version).where(
             d.id.in_(select(_E.c.device_id))
@@ -124,6 +115,11 @@ class StoredEntry(NamedTuple):
     data: bytes | None = None
     #: raw samples in the timing record (0 unless asked for with `records`)
     samples: int = 0
+
+    def values_for(self, record: type) -> dict[str, Any]:
+        """This row's values for the fields of the dataclass `record` that it has by name:
+        to build another kind of entry from it, adding or overriding the rest."""
+        return {f.name: getattr(self, f.name) for f in fields(record) if f.name in self._fields}
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,9 +292,9 @@ def set_names(conn: Connection, set_ids: Iterable[int]) -> dict[int, tuple[str, 
     out: dict[int, list[str]] = {i: [] for i in ids}
     for part in chunks(ids):
         for set_id, name in conn.execute(
-            select(CANDIDATES.c.set_id, CANDIDATES.c.name)
-            .where(CANDIDATES.c.set_id.in_(part))
-            .order_by(CANDIDATES.c.set_id, CANDIDATES.c.position)
+            select(_C.c.set_id, _C.c.name)
+            .where(_C.c.set_id.in_(part))
+            .order_by(_C.c.set_id, _C.c.position)
         ):
             out[set_id].append(name)
     return {i: tuple(v) for i, v in out.items()}
@@ -308,9 +304,7 @@ def set_checksums(conn: Connection) -> list[tuple[int, str, tuple[str, ...]]]:
     """(id, stored checksum, names in order) of every candidate set in the file."""
     names: dict[int, tuple[str, ...]] = {}
     for set_id, name in conn.execute(
-        select(CANDIDATES.c.set_id, CANDIDATES.c.name).order_by(
-            CANDIDATES.c.set_id, CANDIDATES.c.position
-        )
+        select(_C.c.set_id, _C.c.name).order_by(_C.c.set_id, _C.c.position)
     ):
         names[set_id] = (*names.get(set_id, ()), name)
     return [
@@ -338,17 +332,28 @@ def records(conn: Connection) -> Iterator[tuple[int, Any]]:
 # --- verdicts and models ---------------------------------------------------------------------
 
 
-class StoredVerdict(NamedTuple):
-    """One model's verdict on one entry, with the model named."""
+@dataclass(frozen=True, slots=True)
+class VerdictFacts:
+    """What a model's verdict on an entry says: the model, the verdict, the evidence behind it."""
 
-    entry_id: int
-    model_id: int
     model: str
     fingerprint: str
     verdict: str
     gain: float | None
     rounds: int
     confirmations: int
+
+    def facts(self) -> dict[str, Any]:
+        """These fields alone, by name: to build another kind of verdict from this one."""
+        return {f.name: getattr(self, f.name) for f in fields(VerdictFacts)}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVerdict(VerdictFacts):
+    """A verdict as the store keeps it: its facts, the rows it links, its run and its times."""
+
+    entry_id: int
+    model_id: int
     run_id: int | None
     created_at: datetime
     updated_at: datetime
@@ -381,7 +386,7 @@ def verdicts(
         select(
             _V.c.entry_id,
             _V.c.model_id,
-            _M.c.name,
+            _M.c.name.label("model"),
             _M.c.fingerprint,
             _V.c.verdict,
             _V.c.gain,
@@ -399,7 +404,7 @@ def verdicts(
         query = query.order_by(_V.c.entry_id, _M.c.name, _M.c.fingerprint)
     else:
         query = query.order_by(_V.c.updated_at, _V.c.id)
-    return [StoredVerdict(*row) for row in conn.execute(query)]
+    return [StoredVerdict(**row._mapping) for row in conn.execute(query)]
 
 
 class StoredModel(NamedTuple):
@@ -422,42 +427,16 @@ def models(conn: Connection) -> list[StoredModel]:
 # --- runs --------------------------------------------------------------------------------------
 
 
-class StoredRun(NamedTuple):
-    """A session of work logged in the `runs` table."""
-
-    id: int
-    kind: str
-    status: str
-    hostname: str
-    pid: int
-    tool_version: str
-    started_at: datetime
-    finished_at: datetime | None
-    notes: str | None
-
-
 def run_exists(conn: Connection, run_id: int) -> bool:
     """Whether the `runs` table has this id."""
     return conn.execute(select(_R.c.id).where(_R.c.id == run_id)).scalar() is not None
 
 
-def run(conn: Connection, run_id: int) -> StoredRun | None:
-    """The run with this id, or None."""
-    r = _R.c
-    row = conn.execute(
-        select(
-            r.id,
-            r.kind,
-            r.status,
-            r.hostname,
-            r.pid,
-            r.tool_version,
-            r.started_at,
-            r.finished_at,
-            r.notes,
-        ).where(r.id == run_id)
-    ).first()
-    return None if row is None else StoredRun(*row)
+def run(conn: Connection, run_id: int) -> dict[str, Any] | None:
+    """The run with this id as its columns by name (the process that ran it: hostname, pid,
+    tool and Python versions; its kind, status, times and notes), or None."""
+    row = conn.execute(select(_R).where(_R.c.id == run_id)).first()
+    return None if row is None else dict(row._mapping)
 
 
 def runs_noted(conn: Connection, device: int | None, notes: str, status: str) -> list[int]:
@@ -497,10 +476,10 @@ def foreign_key_violations(conn: Connection) -> list[tuple[str, int]]:
 
 #: the rows nothing uses any more, by kind: (table, what they are)
 ORPHANS: dict[str, tuple[Table, str]] = {
-    "orphaned-keys": (KEYS, "keys no entry uses"),
-    "orphaned-candidate-sets": (CANDIDATE_SETS, "candidate sets no entry uses"),
-    "orphaned-models": (MODELS, "models with no verdict"),
-    "orphaned-devices": (DEVICES, "device identities with no entry and no run"),
+    "orphaned-keys": (_K, "keys no entry uses"),
+    "orphaned-candidate-sets": (_S, "candidate sets no entry uses"),
+    "orphaned-models": (_M, "models with no verdict"),
+    "orphaned-devices": (_D, "device identities with no entry and no run"),
 }
 
 
@@ -512,9 +491,9 @@ def orphans(conn: Connection, kind: str, keep_device: str) -> list[int]:
         "orphaned-candidate-sets": [~exists().where(_E.c.candidate_set_id == _S.c.id)],
         "orphaned-models": [~exists().where(_V.c.model_id == _M.c.id)],
         "orphaned-devices": [
-            ~exists().where(_E.c.device_id == DEVICES.c.id),
-            ~exists().where(_R.c.device_id == DEVICES.c.id),
-            DEVICES.c.fingerprint != keep_device,
+            ~exists().where(_E.c.device_id == _D.c.id),
+            ~exists().where(_R.c.device_id == _D.c.id),
+            _D.c.fingerprint != keep_device,
         ],
     }
     table = ORPHANS[kind][0]

@@ -22,20 +22,9 @@ from tunecache import codec
 from tunecache._version import __version__
 from tunecache.device import Device
 from tunecache.keys import Key
+from tunecache.store import models as tables
 from tunecache.store import queries
-from tunecache.store.models import (
-    CANDIDATE_SETS,
-    CANDIDATE_TIMINGS,
-    CANDIDATES,
-    DEVICES,
-    ENTRIES,
-    KEYS,
-    MODELS,
-    RUNS,
-    TIMING_RECORDS,
-    VALIDATIONS,
-    utcnow,
-)
+from tunecache.store.models import utcnow
 
 __all__ = [
     "candidate_set_row",
@@ -74,7 +63,11 @@ def device_row(conn: Connection, device: Device) -> int:
         return found
     # The checked fields are the columns of the same names.
     return insert_row(
-        conn, DEVICES, fingerprint=device.fingerprint, created_at=utcnow(), **device.as_dict()
+        conn,
+        tables.DEVICES,
+        fingerprint=device.fingerprint,
+        created_at=utcnow(),
+        **device.as_dict(),
     )
 
 
@@ -86,31 +79,32 @@ def dims_text(key: Key) -> str:
 def key_row(conn: Connection, key: Key) -> int:
     """The id of `key`'s row, inserted if it has none."""
     text = key.text
-    found = conn.execute(select(KEYS.c.id).where(KEYS.c.text == text)).scalar()
+    found = conn.execute(select(tables.KEYS.c.id).where(tables.KEYS.c.text == text)).scalar()
     if found is not None:
         return int(found)
-    return insert_row(conn, KEYS, text=text, signature=key.signature, dims=dims_text(key))
+    return insert_row(conn, tables.KEYS, text=text, signature=key.signature, dims=dims_text(key))
 
 
 def candidate_set_row(conn: Connection, signature: str, names: Sequence[str], checksum: str) -> int:
     """The id of the candidate set (`signature`, `checksum`), inserted with its names if new."""
     found = conn.execute(
-        select(CANDIDATE_SETS.c.id).where(
-            CANDIDATE_SETS.c.signature == signature, CANDIDATE_SETS.c.checksum == checksum
+        select(tables.CANDIDATE_SETS.c.id).where(
+            tables.CANDIDATE_SETS.c.signature == signature,
+            tables.CANDIDATE_SETS.c.checksum == checksum,
         )
     ).scalar()
     if found is not None:
         return int(found)
     set_id = insert_row(
         conn,
-        CANDIDATE_SETS,
+        tables.CANDIDATE_SETS,
         signature=signature,
         checksum=checksum,
         size=len(names),
         created_at=utcnow(),
     )
     conn.execute(
-        insert(CANDIDATES),
+        insert(tables.CANDIDATES),
         [{"set_id": set_id, "position": i, "name": n} for i, n in enumerate(names)],
     )
     return set_id
@@ -124,20 +118,20 @@ def insert_entry(
 ) -> int:
     """Insert an entry for (device, key, candidate set); `values` has its other columns."""
     return insert_row(
-        conn, ENTRIES, device_id=device, key_id=key_id, candidate_set_id=set_id, **values
+        conn, tables.ENTRIES, device_id=device, key_id=key_id, candidate_set_id=set_id, **values
     )
 
 
 def update_entry(conn: Connection, entry_id: int, values: Mapping[str, Any]) -> None:
     """Overwrite columns of an entry."""
-    conn.execute(update(ENTRIES).where(ENTRIES.c.id == entry_id).values(**values))
+    conn.execute(update(tables.ENTRIES).where(tables.ENTRIES.c.id == entry_id).values(**values))
 
 
 def clear_evidence(conn: Connection, entry_id: int, *, verdicts: bool) -> None:
     """Delete an entry's timing record, and with `verdicts` every model's verdict on it."""
-    conn.execute(delete(TIMING_RECORDS).where(TIMING_RECORDS.c.entry_id == entry_id))
+    conn.execute(delete(tables.TIMING_RECORDS).where(tables.TIMING_RECORDS.c.entry_id == entry_id))
     if verdicts:
-        conn.execute(delete(VALIDATIONS).where(VALIDATIONS.c.entry_id == entry_id))
+        conn.execute(delete(tables.VALIDATIONS).where(tables.VALIDATIONS.c.entry_id == entry_id))
 
 
 def insert_record(
@@ -157,7 +151,7 @@ def insert_record(
     )
     record_id = insert_row(
         conn,
-        TIMING_RECORDS,
+        tables.TIMING_RECORDS,
         entry_id=entry_id,
         format_version=codec.FORMAT_VERSION,
         best=None if best is None else best.name,
@@ -171,7 +165,7 @@ def insert_record(
     )
     if record.candidates:
         conn.execute(
-            insert(CANDIDATE_TIMINGS),
+            insert(tables.CANDIDATE_TIMINGS),
             [
                 {
                     "record_id": record_id,
@@ -194,8 +188,8 @@ def set_status(
 ) -> bool:
     """Set the status of the device's entry `entry_id`; False if the device has no such entry."""
     done = conn.execute(
-        update(ENTRIES)
-        .where(ENTRIES.c.id == entry_id, ENTRIES.c.device_id == device)
+        update(tables.ENTRIES)
+        .where(tables.ENTRIES.c.id == entry_id, tables.ENTRIES.c.device_id == device)
         .values(status=status, updated_at=now)
     )
     return bool(done.rowcount)
@@ -207,11 +201,13 @@ def set_status(
 def model_row(conn: Connection, name: str, fingerprint: str) -> int:
     """The id of the model (`name`, `fingerprint`), inserted if new."""
     found = conn.execute(
-        select(MODELS.c.id).where(MODELS.c.name == name, MODELS.c.fingerprint == fingerprint)
+        select(tables.MODELS.c.id).where(
+            tables.MODELS.c.name == name, tables.MODELS.c.fingerprint == fingerprint
+        )
     ).scalar()
     if found is not None:
         return int(found)
-    return insert_row(conn, MODELS, name=name, fingerprint=fingerprint, created_at=utcnow())
+    return insert_row(conn, tables.MODELS, name=name, fingerprint=fingerprint, created_at=utcnow())
 
 
 def put_verdict(
@@ -220,8 +216,8 @@ def put_verdict(
     """Set a model's verdict on an entry, replacing its earlier one (`values`: the verdict
     columns, `updated_at` included)."""
     done = conn.execute(
-        update(VALIDATIONS)
-        .where(VALIDATIONS.c.model_id == model_id, VALIDATIONS.c.entry_id == entry_id)
+        update(tables.VALIDATIONS)
+        .where(tables.VALIDATIONS.c.model_id == model_id, tables.VALIDATIONS.c.entry_id == entry_id)
         .values(**values)
     )
     if done.rowcount == 0:
@@ -232,7 +228,7 @@ def insert_verdict(
     conn: Connection, model_id: int, entry_id: int, values: Mapping[str, Any]
 ) -> None:
     """Insert a model's verdict on an entry that has none from it (`values`: every column)."""
-    conn.execute(insert(VALIDATIONS).values(model_id=model_id, entry_id=entry_id, **values))
+    conn.execute(insert(tables.VALIDATIONS).values(model_id=model_id, entry_id=entry_id, **values))
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -246,7 +242,7 @@ def insert_run(
     now = utcnow()
     return insert_row(
         conn,
-        RUNS,
+        tables.RUNS,
         kind=kind,
         status=status,
         device_id=device,
@@ -264,20 +260,24 @@ def insert_run(
 def finish_run(conn: Connection, run_id: int, status: str) -> None:
     """Close a run with its final status, now."""
     conn.execute(
-        update(RUNS).where(RUNS.c.id == run_id).values(status=status, finished_at=utcnow())
+        update(tables.RUNS)
+        .where(tables.RUNS.c.id == run_id)
+        .values(status=status, finished_at=utcnow())
     )
 
 
 def set_run_notes(conn: Connection, run_id: int, notes: str) -> None:
     """Replace a run's notes."""
-    conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(notes=notes))
+    conn.execute(update(tables.RUNS).where(tables.RUNS.c.id == run_id).values(notes=notes))
 
 
 def fail_runs(conn: Connection, ids: Sequence[int]) -> None:
     """Mark runs failed, now: their process is gone without closing them."""
     for part in queries.chunks(ids):
         conn.execute(
-            update(RUNS).where(RUNS.c.id.in_(part)).values(status="failed", finished_at=utcnow())
+            update(tables.RUNS)
+            .where(tables.RUNS.c.id.in_(part))
+            .values(status="failed", finished_at=utcnow())
         )
 
 
