@@ -23,14 +23,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tunecache.triton as tct
-from tunecache._triton_keys import KeySpec, config_name, plan_reuse
-from tunecache._triton_logic import Autotuner, Backend, Options
 from tunecache.codec import CandidateTiming, TimingRecord
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError, TunecacheWarning
 from tunecache.keys import parse
+from tunecache.triton.autotuner import Autotuner
+from tunecache.triton.backend import Backend
+from tunecache.triton.keys import KeySpec, config_name
+from tunecache.triton.options import Options
+from tunecache.triton.reuse import plan_reuse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 GPU = Device(
     cpu="test-gpu",
@@ -350,7 +353,7 @@ def test_a_warm_process_answers_a_stored_key_without_sqlalchemy() -> None:
     launch(tuner(CpuKernel()), 96)
     code = (
         "import sys\n"
-        "from tests.test_triton import CpuKernel, tuner, launch\n"
+        "from tests.triton.test_autotuner import CpuKernel, tuner, launch\n"
         "kernel = tuner(CpuKernel())\n"
         "launch(kernel, 96)\n"
         "assert kernel.stats['exact'] == 1, kernel.stats\n"
