@@ -4,6 +4,9 @@ The configs are plain value objects shaped like `triton.Config`; the kernel is a
 with Triton's launch interface (`run(*args, grid=, warmup=, **meta)`, `arg_names`), computed by
 numpy; the store is a real SQLite file under the test's cache root. The machinery is the one
 `tunecache.triton.autotune` builds, with a CPU `Backend` in place of the GPU one.
+
+The adaptive bench reads the kernel's own clock, which advances by a fixed cost per launch:
+which config wins, and how many samples each gets, is the same on any machine, however loaded.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ GPU = Device(
     client="triton",
     client_version="3.6.0",
 )
-# Short samples and a small budget: the CPU kernel's configs differ by 40x, not by 5%.
+# Short samples and a small budget, on the kernel's clock: its configs differ 40-fold, not by 5%.
 FAST = {"sample_time": 3e-4, "min_samples": 3, "max_samples": 4, "budget": 0.5}
+#: seconds on the kernel's clock that one program (a row block) takes per unit of WORK
+PROGRAM_TIME = 2e-6
 
 
 class OutOfResources(Exception):
@@ -56,10 +61,16 @@ class CpuKernel:
     src: str = "def matmul_kernel(a, b, out, M, N, K, BLOCK, WORK): ..."
     arg_names: list[str] = field(default_factory=lambda: ["a", "b", "out", "M", "N", "K"])
     launches: list[dict[str, Any]] = field(default_factory=list)
+    #: the kernel's clock: PROGRAM_TIME x WORK for each program of each launch that ran
+    elapsed: float = 0.0
 
     @property
     def __name__(self) -> str:
         return self.name
+
+    def clock(self) -> float:
+        """The time this kernel's launches took, by its own clock (the bench's `clock`)."""
+        return self.elapsed
 
     def run(self, *args: Any, grid: Any, warmup: bool, **meta: Any) -> None:
         a, b, out, m, _, _ = args
@@ -79,6 +90,7 @@ class CpuKernel:
             out[...] = result
         if self.bump:
             a += 1
+        self.elapsed += PROGRAM_TIME * work * -(-m // block)
 
 
 def grid(meta: dict[str, Any]) -> tuple[int]:
@@ -95,8 +107,9 @@ def configs() -> list[Config]:
 
 
 def backend(kernel: CpuKernel | None = None, **more: Any) -> Backend:
-    """The CPU backend."""
-    return Backend(device=lambda index: GPU, failures=(OutOfResources,), bench=FAST, **more)
+    """The CPU backend; the bench times `kernel` by its own clock."""
+    bench = FAST if kernel is None else {**FAST, "clock": kernel.clock}
+    return Backend(device=lambda index: GPU, failures=(OutOfResources,), bench=bench, **more)
 
 
 def tuner(
