@@ -9,6 +9,7 @@ import pytest
 
 from tests.triton.fake import Config, CpuKernel, TableTimer, blocks, configs, launch, tuner
 from tunecache.errors import BadArgumentError
+from tunecache.triton.autotuner import Autotuner
 from tunecache.triton.configs import ConfigSet, all_kwargs
 from tunecache.triton.keys import config_name
 from tunecache.triton.options import Options
@@ -22,6 +23,14 @@ def test_duplicate_configs_count_once_and_the_list_has_a_checksum() -> None:
     assert grown.checksum != kernel.checksum
 
 
+def _pruned(prune_configs_by: dict[str, Any]) -> tuple[Autotuner, TableTimer]:
+    """Four blocks, the largest fastest, timed by a table, pruned as Triton would."""
+    kernel = CpuKernel()
+    timer = TableTimer(kernel, {8: 4.0, 16: 3.0, 32: 2.0, 64: 1.0})
+    tuned = tuner(kernel, blocks(8, 16, 32, 64), do_bench=timer, prune_configs_by=prune_configs_by)
+    return tuned, timer
+
+
 def test_prune_configs_by_is_respected() -> None:
     seen: list[tuple[int, set[str]]] = []
 
@@ -29,28 +38,14 @@ def test_prune_configs_by_is_respected() -> None:
         seen.append((len(cfgs), set(kwargs)))
         return [c for c in cfgs if c.kwargs["BLOCK"] <= nargs["M"]]
 
-    kernel = CpuKernel()
-    timer = TableTimer(kernel, {8: 4.0, 16: 3.0, 32: 2.0, 64: 1.0})
-    tuned = tuner(
-        kernel,
-        blocks(8, 16, 32, 64),
-        do_bench=timer,
-        prune_configs_by={"early_config_prune": early},
-    )
+    tuned, timer = _pruned({"early_config_prune": early})
     launch(tuned, 20)
     assert sorted(timer.benched) == [8, 16] and seen == [(4, {"grid", "warmup"})]
 
     def model(**meta: Any) -> float:
         return float(meta["BLOCK"])  # predicts the smallest block fastest
 
-    kernel = CpuKernel()
-    timer = TableTimer(kernel, {8: 4.0, 16: 3.0, 32: 2.0, 64: 1.0})
-    top = tuner(
-        kernel,
-        blocks(8, 16, 32, 64),
-        do_bench=timer,
-        prune_configs_by={"perf_model": model, "top_k": 0.5},
-    )
+    top, timer = _pruned({"perf_model": model, "top_k": 0.5})
     launch(top, 256)
     assert sorted(timer.benched) == [8, 16]
     assert top.best_config.kwargs == {"BLOCK": 16}
