@@ -1,4 +1,4 @@
-"""tunecache.triton on a real GPU: the behaviours tests/test_triton.py checks on the CPU.
+"""tunecache.triton on a real GPU: the behaviours tests/triton/ checks on the CPU.
 
     TUNECACHE_DIR=/tmp/tc python tools/gpu/check_triton.py
 

@@ -1,4 +1,4 @@
-"""Pure values behind `tunecache.triton.autotune`: config names, keys, and the reuse rule.
+"""Pure values behind `tunecache.triton.autotune`: config names and tuning keys.
 
 Nothing here imports Triton, torch or the store: a config is anything shaped like
 `triton.Config` (`.kwargs`, `.num_warps`, `.num_stages`, `.num_ctas`, `.maxnreg`, `.pre_hook`,
@@ -11,33 +11,27 @@ Nothing here imports Triton, torch or the store: a config is anything shaped lik
   arguments, then the dtype of every tensor argument), on the hot path as a plain tuple, and on
   a miss into a tunecache `Key`: the sizes among the key arguments are its dims, everything else
   (kernel name, dtypes, non-size key values, source revision) is its signature.
-- `plan_reuse` is the rule for an entry tuned against another config list (docs/triton.md).
+- `kernel_revision` is the signature token that ties entries to a kernel's source.
 """
 
 from __future__ import annotations
 
 import operator
 import re
-import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from tunecache._digest import sha256
 from tunecache.candidates import MAX_NAME_LEN
 from tunecache.errors import BadArgumentError, BadKeyError
 from tunecache.keys import Key, make_key
 
-if TYPE_CHECKING:
-    # The codec loads cbor2: only a miss that reuses an old record needs it, never a hit.
-    from tunecache.codec import CandidateTiming, TimingRecord
-
 __all__ = [
     "KeySpec",
-    "Plan",
     "config_name",
     "dtype_token",
     "escape",
-    "plan_reuse",
+    "kernel_revision",
     "revision_token",
 ]
 
@@ -146,6 +140,18 @@ def dtype_token(dtype: object) -> str:
 def revision_token(source: str) -> str:
     """The source text of a kernel as a short signature token: R + 8 hex digits."""
     return "R" + sha256(source.encode("utf-8", "replace")).hexdigest()[:8].upper()
+
+
+def kernel_revision(fn: Any, revision: str | None) -> str | None:
+    """The signature token that ties entries to a kernel's code: a digest of its source
+    (`revision="auto"`), the caller's own revision string, or none."""
+    if revision != "auto":
+        return None if revision is None else "R" + escape(revision)
+    inner = fn
+    while inner is not None and getattr(inner, "src", None) is None:
+        inner = getattr(inner, "fn", None)
+    source = getattr(inner, "src", None)
+    return revision_token(source) if isinstance(source, str) else None
 
 
 def _dim_names(names: Sequence[str]) -> dict[str, str]:
@@ -297,91 +303,3 @@ class KeySpec:
 
     def _kw_values(self, kwargs: Mapping[str, Any]) -> list[Any]:
         return [v for name, v in kwargs.items() if name in self.arg_set]
-
-
-# -- the rule for a changed config list ---------------------------------------------------------
-
-
-class Plan(NamedTuple):
-    """What to do with an entry tuned against another config list, for the current one."""
-
-    #: the config to use without benching, or None when `bench` must run first
-    choice: str | None
-    #: configs to bench now (current-list order); empty when `choice` is set
-    bench: tuple[str, ...]
-    #: old timings to keep in the new entry's record, for configs not benched again
-    keep: tuple[CandidateTiming, ...]
-    #: why, in a few words, for the record and for people
-    reason: str
-
-
-def _measured(timing: CandidateTiming) -> bool:
-    return timing.error is None and bool(timing.samples)
-
-
-def _unanswered(timing: CandidateTiming | None) -> bool:
-    """A config the record cannot answer for: absent, or present with neither a sample nor an
-    error (a bench the budget cut short before it ran)."""
-    return timing is None or (timing.error is None and not timing.samples)
-
-
-def plan_reuse(
-    legal: Sequence[str],
-    old_names: Sequence[str],
-    old_choice: str,
-    record: TimingRecord | None,
-    survivors: int = 3,
-) -> Plan:
-    """Reuse what an entry tuned against `old_names` learnt, for the configs `legal` now.
-
-    1. No config was added and the old winner is still legal: it beat every config that is
-       left, so it stays, with no bench.
-    2. No config was added, the winner is gone, and the old record measured every legal
-       config (or saw it fail): the best remaining one by the record's medians, with no bench.
-    3. Otherwise bench only what the record cannot answer: the configs it never measured (new
-       ones) together with its `survivors` best legal configs, which carry the old ranking
-       into the new bench. The other old timings are kept, marked pruned: they lost to the
-       survivors then and are not candidates now.
-    """
-    timings = {c.name: c for c in record.candidates} if record is not None else {}
-    old = set(old_names)
-    legal_timings = tuple(timings[n] for n in legal if n in timings)
-    added = [n for n in legal if n not in old]
-    # A config the old bench never got to (its budget ran out) was never beaten by anyone.
-    holes = record is not None and any(_unanswered(timings.get(n)) for n in legal if n in old)
-    if not added and old_choice in legal and not holes:
-        return Plan(old_choice, (), legal_timings, "the winner is still a config: kept")
-    missing = [n for n in legal if _unanswered(timings.get(n))]
-    ranked = sorted(
-        (c for c in legal_timings if _measured(c)),
-        key=lambda c: statistics.median(c.samples),
-    )
-    if not missing and ranked:
-        best = ranked[0].name
-        return Plan(best, (), legal_timings, "the winner was removed: the best remaining config")
-    top = {c.name for c in ranked[:survivors]}
-    bench = tuple(n for n in legal if n in top or n in missing)
-    if not bench:
-        # Every legal config failed last time: try them all again rather than trust that.
-        return Plan(None, tuple(legal), (), "every config failed before: benched again")
-    keep = tuple(
-        c if c.error is not None or c.pruned else _pruned_copy(c)
-        for c in legal_timings
-        if c.name not in bench and not _unanswered(c)
-    )
-    reason = f"{len(added)} config(s) added: benched with the {len(top)} best before"
-    if not added:
-        reason = "the winner was removed and some configs were never measured: benched"
-    return Plan(None, bench, keep, reason)
-
-
-def _pruned_copy(timing: CandidateTiming) -> CandidateTiming:
-    from tunecache.codec import CandidateTiming
-
-    return CandidateTiming(
-        name=timing.name,
-        samples=timing.samples,
-        inner_loops=timing.inner_loops,
-        error=timing.error,
-        pruned=True,
-    )

@@ -1,20 +1,10 @@
-"""`tunecache.triton.autotune`: a drop-in, persistent replacement for `triton.autotune`.
+"""The GPU backend of `tunecache.triton.autotune`: Triton and torch, imported lazily.
 
-    import tunecache.triton
-
-    @tunecache.triton.autotune(configs=[triton.Config({"BLOCK_M": 128, ...}, num_warps=8), ...],
-                               key=["M", "N", "K"])
-    @triton.jit
-    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, ...): ...
-
-    matmul_kernel[grid](a, b, c, M, N, K, ...)
-
-Each key is tuned once per device and kept in the tunecache store, with every config's timings;
-a key next to a tuned one is served its neighbour's config at once (docs/triton.md).
-
-Triton, torch and the store are imported lazily: `import tunecache.triton` needs none of them,
-and only applying the decorator to a kernel imports Triton and torch. A warm process answers a
-stored key through the stdlib sqlite3 module; SQLAlchemy loads only when something is tuned.
+`gpu_backend` builds the `Backend` the decorator gives every kernel: the GPU's identity
+(`gpu_device`: name, multiprocessor count, compute capability, driver and Triton versions),
+synchronisation on the calling thread's stream, a stream of its own for background tuning,
+Triton's "this config does not fit" exceptions, and the L2 flush before each timed launch.
+Nothing imports Triton or torch before a kernel is decorated (or `gpu_device` is asked for).
 """
 
 from __future__ import annotations
@@ -22,24 +12,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tunecache._triton_keys import config_name
-from tunecache._triton_logic import UNSEEN, Autotuner, Backend, Options, Pending
 from tunecache.errors import BadArgumentError
-from tunecache.resolve import DEFAULT_MAX_DISTANCE
+from tunecache.triton.backend import Backend
 
-__all__ = [
-    "GPU_BENCH",
-    "UNSEEN",
-    "Autotuner",
-    "Pending",
-    "autotune",
-    "config_name",
-    "driver_version",
-    "gpu_device",
-]
+__all__ = ["GPU_BENCH", "driver_version", "gpu_backend", "gpu_device"]
 
 #: `tunecache.bench.bench` options for a GPU kernel (override any with `bench=`):
 #: 1 ms samples are ~100x the cost of a synchronisation, and 3 rounds of them separate configs
@@ -52,98 +31,6 @@ GPU_BENCH: Mapping[str, Any] = {
     "budget": 0.1,
     "warmup": 1,
 }
-
-
-def autotune(
-    configs: Sequence[Any],
-    key: Sequence[str],
-    prune_configs_by: Mapping[str, Any] | None = None,
-    reset_to_zero: Sequence[str] | None = None,
-    restore_value: Sequence[str] | None = None,
-    pre_hook: Callable[..., Any] | None = None,
-    post_hook: Callable[..., Any] | None = None,
-    warmup: int | None = None,
-    rep: int | None = None,
-    use_cuda_graph: bool = False,
-    do_bench: Callable[..., Any] | None = None,
-    cache_results: bool = False,
-    *,
-    max_distance: float = DEFAULT_MAX_DISTANCE,
-    unseen: str = "borrow",
-    dims: Sequence[str] | None = None,
-    name: str | None = None,
-    revision: str | None = "auto",
-    root: Any = None,
-    path: Any = None,
-    device: Any = None,
-    bench: Mapping[str, Any] | None = None,
-    flush_l2: bool = True,
-    pending_limit: int = 32,
-) -> Callable[[Any], Autotuner]:
-    """Decorate a `@triton.jit` kernel so its configs are tuned once per device and key, and
-    kept in the tunecache store.
-
-    The arguments Triton's `autotune` takes mean what they mean there: `configs`, `key`,
-    `prune_configs_by` (`perf_model`, `top_k`, `early_config_prune`), `reset_to_zero`,
-    `restore_value`, `pre_hook`, `post_hook` and `do_bench` (a timer `do_bench(fn, quantiles)`
-    in ms, used instead of tunecache's adaptive bench). `warmup`, `rep` and `use_cuda_graph`
-    (deprecated in Triton) are accepted and ignored: the bench stops on evidence, within
-    `bench["budget"]`. `cache_results` is accepted and ignored: results always persist.
-
-    Ours: `max_distance` caps how far (summed |log2| ratio of the sizes) an unseen key may
-    borrow a tuned neighbour's config; `unseen` is "borrow" (serve the neighbour's config now,
-    tune on `kernel.tune_pending()`), "background" (a daemon thread tunes it) or "tune" (tune
-    now, as Triton). `dims` names the key arguments that are sizes (default: every key argument
-    whose value is a non-negative int). `name` replaces the kernel's name in keys; `revision`
-    ("auto": a digest of the kernel's source; None: none; or your own string) makes an edited
-    kernel start afresh. `root` and `path` place the store as `tunecache.open` does; `device`
-    (a `tunecache.Device`) replaces the detected GPU identity. `bench` overrides `GPU_BENCH`;
-    `flush_l2` evicts the L2 cache before each timed launch, as Triton's `do_bench` does.
-    `pending_limit` caps how many borrowed keys keep their first call's arguments.
-
-    Bad arguments raise BadArgumentError here, before any kernel is seen.
-    """
-    options = Options(
-        configs,
-        key,
-        prune_configs_by,
-        reset_to_zero,
-        restore_value,
-        pre_hook,
-        post_hook,
-        do_bench,
-        max_distance=max_distance,
-        unseen=unseen,
-        dims=dims,
-        name=name,
-        revision=revision,
-        root=root,
-        path=path,
-        bench=bench,
-        pending_limit=pending_limit,
-    )
-    for what, value in (("warmup", warmup), ("rep", rep)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise BadArgumentError(f"{what} is a number of milliseconds, got {value!r}")
-    if device is not None:
-        from tunecache.device import Device
-
-        if not isinstance(device, Device):
-            raise BadArgumentError(f"device is a tunecache.Device, got {device!r}")
-    if not isinstance(flush_l2, bool):
-        raise BadArgumentError(f"flush_l2 is a bool, got {flush_l2!r}")
-
-    def decorator(fn: Any) -> Autotuner:
-        # What a warm process's first call needs to find the store, imported now, with the
-        # kernel's module (as Triton's own modules are), not inside that first call.
-        for module in ("tunecache.device", "tunecache.identity", "tunecache.paths"):
-            importlib.import_module(module)
-        return Autotuner(fn, options, _backend(device, flush_l2))
-
-    return decorator
-
-
-# -- the GPU, through torch and Triton ----------------------------------------------------------
 
 
 def _triton() -> Any:
@@ -177,6 +64,8 @@ def driver_version() -> str:
     hip = getattr(torch.version, "hip", None)
     if hip:
         return f"hip-{hip}"
+    # torch's own private binding: torch has no public call for the CUDA driver API's
+    # version (cudaDriverGetVersion), and this fallback runs only where /proc has none.
     get = getattr(torch._C, "_cuda_getDriverVersion", None)
     if callable(get):
         number = int(get())
@@ -221,7 +110,10 @@ def _failures() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
-def _backend(device: Any, flush_l2: bool) -> Backend:
+def gpu_backend(device: Any, flush_l2: bool) -> Backend:
+    """The backend of a decorated kernel: the current GPU through torch, Triton's default
+    config, `GPU_BENCH`; `device` (a `tunecache.Device`) replaces the GPU's identity, and
+    `flush_l2` evicts the L2 cache before each timed launch."""
     triton = _triton()
     torch = _torch()
     streams: dict[int, Any] = {}

@@ -1,0 +1,80 @@
+"""tunecache.triton.state: the store per device, read without SQLAlchemy, written once per key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.triton.fake import GPU, CpuKernel, TableTimer, backend, blocks, launch, tuner
+from tunecache.errors import TunecacheWarning
+from tunecache.keys import make_key
+from tunecache.triton.options import Options
+from tunecache.triton.state import KernelStore, Target, WarnOnce
+
+
+def test_a_warm_process_answers_a_stored_key_without_sqlalchemy() -> None:
+    launch(tuner(CpuKernel()), 96)
+    code = (
+        "import sys\n"
+        "from tests.triton.fake import CpuKernel, tuner, launch\n"
+        "kernel = tuner(CpuKernel())\n"
+        "launch(kernel, 96)\n"
+        "assert kernel.stats['exact'] == 1, kernel.stats\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'alembic'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=os.environ
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_store_whose_path_needs_quoting_still_finds_old_entries(tmp_path: Path) -> None:
+    root = tmp_path / "my cache #1"
+    kernel = CpuKernel()
+    times = {16: 2.0, 32: 1.0, 48: 3.0}
+    launch(tuner(kernel, blocks(16, 32, 48), do_bench=TableTimer(kernel, times), root=root), 64)
+    timer = TableTimer(kernel, times)
+    fewer = tuner(kernel, blocks(16, 32), do_bench=timer, root=root)
+    launch(fewer, 64)
+    assert (timer.benched, fewer.stats["reused"]) == ([], 1)
+
+
+def test_an_unwritable_store_keeps_tunings_in_memory(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache root should be")
+    tuned = tuner(CpuKernel(), root=blocker)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch(tuned, 96)
+        launch(tuned, 96)
+    assert tuned.stats["tuned"] == 1
+    assert [str(w.message) for w in caught if "stay in memory" in str(w.message)]
+
+
+def test_a_warning_is_said_once_per_topic() -> None:
+    warn = WarnOnce()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn("open", "first")
+        warn("open", "again")
+        warn("write", "other")
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (TunecacheWarning, "first"),
+        (TunecacheWarning, "other"),
+    ]
+    assert warn.topics == {"open", "write"}
+
+
+def test_a_device_with_no_store_yet_has_no_old_entries(tmp_path: Path) -> None:
+    store = KernelStore("mm", Options(blocks(16), ["M"], root=tmp_path), backend(), WarnOnce())
+    state = store.open(0)
+    assert state.device == GPU and state.memo == {} and state.cache is None
+    key = make_key("mm_F32", [("m", 64)])
+    assert store.old_entries(Target(state, key, ("BLOCK=16",))) == []
+    assert store.previous(Target(state, key, ("BLOCK=16",)), ["BLOCK=16"]) is None
+    assert state.cache is None  # nothing to reuse: the writable cache was never opened

@@ -1,0 +1,232 @@
+"""The arguments of `tunecache.triton.autotune`, checked once, before any kernel is seen.
+
+Every check raises `BadArgumentError` with a one-line message, in the order the arguments are
+listed; nothing here imports Triton, torch or the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from tunecache.errors import BadArgumentError
+from tunecache.resolve import DEFAULT_MAX_DISTANCE, check_max_distance
+from tunecache.triton.keys import config_name
+
+__all__ = ["DEFAULTS", "UNSEEN", "Options"]
+
+#: what an unseen key gets: a tuned neighbour's config now (tuned later on request, or by a
+#: daemon thread), or a tune right away as Triton does
+UNSEEN = ("borrow", "background", "tune")
+
+_PRUNE_KEYS = frozenset({"perf_model", "top_k", "early_config_prune"})
+_BENCH_KEYS = frozenset(
+    {
+        "min_samples",
+        "max_samples",
+        "drop_ratio",
+        "lower_bound",
+        "bound_threshold",
+        "budget",
+        "sample_time",
+        "warmup",
+    }
+)
+
+
+#: every argument of `autotune` after `configs` and `key`, with its default there (Triton's
+#: first, then ours): the one list of them that `Options` knows
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "prune_configs_by": None,
+        "reset_to_zero": None,
+        "restore_value": None,
+        "pre_hook": None,
+        "post_hook": None,
+        "warmup": None,
+        "rep": None,
+        "use_cuda_graph": False,
+        "do_bench": None,
+        "cache_results": False,
+        "max_distance": DEFAULT_MAX_DISTANCE,
+        "unseen": "borrow",
+        "dims": None,
+        "name": None,
+        "revision": "auto",
+        "root": None,
+        "path": None,
+        "device": None,
+        "bench": None,
+        "flush_l2": True,
+        "pending_limit": 32,
+    }
+)
+
+
+class Options:
+    """The decorator's arguments, checked once, before any kernel is seen.
+
+    `arguments` are `autotune`'s own, by name (`DEFAULTS` for those not given); they are
+    checked in the order `autotune` lists them, Triton's `warmup` and `rep` (accepted, and
+    ignored) and the GPU backend's `device` and `flush_l2` last.
+    """
+
+    def __init__(self, configs: Sequence[Any], key: Sequence[str], **arguments: Any) -> None:
+        unknown = sorted(set(arguments) - set(DEFAULTS))
+        if unknown:
+            raise TypeError(f"Options() got unexpected keyword arguments: {', '.join(unknown)}")
+        given = {**DEFAULTS, **arguments}
+        #: the configs with duplicates dropped (the first of equal names stays)
+        self.configs = _check_configs(configs)
+        self.key = _check_key(key)
+        self.perf_model, self.top_k, self.early_prune = _check_prune(given["prune_configs_by"])
+        self.reset_to_zero = _names_list(given["reset_to_zero"], "reset_to_zero")
+        self.restore_value = _names_list(given["restore_value"], "restore_value")
+        for what in ("pre_hook", "post_hook", "do_bench"):
+            if given[what] is not None and not callable(given[what]):
+                raise BadArgumentError(f"{what} must be callable, got {given[what]!r}")
+        self.pre_hook: Callable[..., Any] | None = given["pre_hook"]
+        self.post_hook: Callable[..., Any] | None = given["post_hook"]
+        self.do_bench: Callable[..., Any] | None = given["do_bench"]
+        self.unseen: str = _check_unseen(given["unseen"])
+        self.max_distance = check_max_distance(given["max_distance"])
+        self.dims = _check_dims(given["dims"], self.key)
+        self.name: str | None = _check_name(given["name"])
+        self.revision: str | None = _check_revision(given["revision"])
+        self.root, self.path = given["root"], given["path"]
+        self.bench = _check_bench(given["bench"])
+        self.pending_limit: int = _check_pending_limit(given["pending_limit"])
+        _check_milliseconds(given["warmup"], given["rep"])
+        #: the GPU identity to use instead of the detected one (a `tunecache.Device`), or None
+        self.device = _check_device(given["device"])
+        #: whether the GPU backend evicts the L2 cache before each timed launch
+        self.flush_l2: bool = _check_flush_l2(given["flush_l2"])
+
+
+def _check_unseen(unseen: Any) -> Any:
+    if unseen not in UNSEEN:
+        raise BadArgumentError(f"unseen must be one of {UNSEEN}, got {unseen!r}")
+    return unseen
+
+
+def _check_name(name: Any) -> Any:
+    if name is not None and (not isinstance(name, str) or not name.strip("_")):
+        raise BadArgumentError(f"name must be a non-empty string, got {name!r}")
+    return name
+
+
+def _check_revision(revision: Any) -> Any:
+    if revision is not None and (not isinstance(revision, str) or not revision):
+        raise BadArgumentError(f"revision is 'auto', None or a non-empty string: {revision!r}")
+    return revision
+
+
+def _check_pending_limit(limit: Any) -> Any:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise BadArgumentError(f"pending_limit is an int >= 0, got {limit!r}")
+    return limit
+
+
+def _check_milliseconds(warmup: Any, rep: Any) -> None:
+    # Triton's own timings: accepted for compatibility, and ignored (the bench stops on
+    # evidence, within `bench["budget"]`).
+    for what, value in (("warmup", warmup), ("rep", rep)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise BadArgumentError(f"{what} is a number of milliseconds, got {value!r}")
+
+
+def _check_flush_l2(flush_l2: Any) -> Any:
+    if not isinstance(flush_l2, bool):
+        raise BadArgumentError(f"flush_l2 is a bool, got {flush_l2!r}")
+    return flush_l2
+
+
+def _check_configs(configs: Sequence[Any]) -> list[Any]:
+    if isinstance(configs, str | bytes) or not isinstance(configs, Sequence):
+        raise BadArgumentError(f"configs is a list of triton.Config, got {configs!r}")
+    # Names first: a config that is not config-shaped fails here, with its position.
+    names: dict[str, Any] = {}
+    for i, config in enumerate(configs):
+        try:
+            names.setdefault(config_name(config), config)
+        except BadArgumentError as error:
+            raise BadArgumentError(f"config {i}: {error}") from None
+    return list(names.values())
+
+
+def _check_key(key: Sequence[str]) -> list[str]:
+    if isinstance(key, str) or not isinstance(key, Sequence):
+        raise BadArgumentError(f"key is a list of argument names, got {key!r}")
+    if not all(isinstance(k, str) for k in key):
+        raise BadArgumentError(f"key is a list of argument names, got {list(key)!r}")
+    return list(key)
+
+
+def _check_dims(dims: Sequence[str] | None, key: list[str]) -> list[str] | None:
+    if dims is not None and (
+        isinstance(dims, str)
+        or not isinstance(dims, Sequence)
+        or not all(isinstance(d, str) for d in dims)
+    ):
+        raise BadArgumentError(f"dims is a list of key argument names, got {dims!r}")
+    stray = [d for d in dims or () if d not in key]
+    if stray:
+        raise BadArgumentError(f"dims names {stray}, which are not in key {key}")
+    return None if dims is None else list(dims)
+
+
+def _check_device(device: Any) -> Any:
+    if device is not None:
+        # Only when one is given: making the decorator imports nothing it does not use.
+        from tunecache.device import Device
+
+        if not isinstance(device, Device):
+            raise BadArgumentError(f"device is a tunecache.Device, got {device!r}")
+    return device
+
+
+def _names_list(value: Sequence[str] | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise BadArgumentError(f"{what} is a list of argument names, got {value!r}")
+    return list(value)
+
+
+def _check_prune(
+    prune: Mapping[str, Any] | None,
+) -> tuple[Callable[..., Any] | None, int | float, Callable[..., Any] | None]:
+    if not prune:
+        return None, 1.0, None
+    if not isinstance(prune, Mapping):
+        raise BadArgumentError(f"prune_configs_by is a dict, got {prune!r}")
+    unknown = sorted(set(prune) - _PRUNE_KEYS)
+    if unknown:
+        raise BadArgumentError(
+            f"prune_configs_by has unknown fields {unknown}; known: {sorted(_PRUNE_KEYS)}"
+        )
+    perf_model = prune.get("perf_model")
+    early = prune.get("early_config_prune")
+    for what, fn in (("perf_model", perf_model), ("early_config_prune", early)):
+        if fn is not None and not callable(fn):
+            raise BadArgumentError(f"prune_configs_by[{what!r}] must be callable, got {fn!r}")
+    top_k = prune.get("top_k", 1.0)
+    if isinstance(top_k, bool) or not (
+        (isinstance(top_k, float) and 0 < top_k <= 1.0) or (isinstance(top_k, int) and top_k >= 1)
+    ):
+        raise BadArgumentError(
+            f"prune_configs_by['top_k'] is a float in (0, 1] or an int >= 1, got {top_k!r}"
+        )
+    return perf_model, top_k, early
+
+
+def _check_bench(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise BadArgumentError(f"bench is a dict of tunecache.bench.bench options, got {options!r}")
+    unknown = sorted(set(options) - _BENCH_KEYS)
+    if unknown:
+        raise BadArgumentError(f"bench has unknown options {unknown}; known: {sorted(_BENCH_KEYS)}")
+    return dict(options)
