@@ -6,8 +6,9 @@ An AST walk over every module of the package flags:
 - `m._name` where `m` was imported from a tunecache module (a module, a class, a function):
   `codec._prescan`, `Cache._set_names`;
 - `obj._name` on any other object, where `_name` is not defined in the module doing it but is
-  defined (as a function, class, method or attribute) in another tunecache module: the walk
-  cannot know `obj`'s type, so it tells by the name (`cache._read`, `table._memo`);
+  a member (a method, a class attribute, an attribute assigned on an object) of a class of
+  another tunecache module: the walk cannot know `obj`'s type, so it tells by the name
+  (`cache._read`, `table._memo`);
 - `import tunecache.pkg._mod` / `from tunecache.pkg._mod import name` from outside `pkg`: a
   private module is private to the package that holds it.
 
@@ -56,6 +57,24 @@ def _defined(tree: ast.AST) -> set[str]:
     return {name for name in names if _private(name)}
 
 
+def _members(tree: ast.AST) -> set[str]:
+    """The private names a module's classes define: methods, class attributes, and attributes
+    assigned on any object (`self._engine = ...`). These are what `obj._name` can reach."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return {name for name in names if _private(name)}
+
+
 def _private_module(importer: str, target: str) -> str | None:
     """The private module `target` passes through that `importer` is not inside, if any."""
     parts = target.split(".")
@@ -77,10 +96,11 @@ def reaches(root: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
     base = root.parent
     trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
     defined = {path: _defined(tree) for path, tree in trees.items()}
+    members = {path: _members(tree) for path, tree in trees.items()}
     for path, tree in trees.items():
         where = str(path.relative_to(base))
         module = _module_name(path, base)
-        others = set().union(*(names for p, names in defined.items() if p != path))
+        others = set().union(*(names for p, names in members.items() if p != path))
         imported: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
