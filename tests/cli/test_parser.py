@@ -110,3 +110,21 @@ def test_python_m_tunecache_cli_runs_the_command_too() -> None:
         timeout=120,
     )
     assert done.returncode == 0 and done.stdout.strip() == f"tunecache {__version__}"
+
+
+def test_the_parser_and_its_help_load_neither_rich_nor_the_store() -> None:
+    # `tunecache --help` and `--version` stay cheap: the commands import what they drive lazily.
+    probe = (
+        "import contextlib, io, sys\n"
+        "from tunecache.cli import main\n"
+        "from tunecache.cli.parser import SUBCOMMANDS\n"
+        "for argv in (['--version'], ['--help'], *([s.name, '--help'] for s in SUBCOMMANDS)):\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        main(argv)\n"
+        "print('\\n'.join(sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    heavy = ("rich", "sqlalchemy", "alembic", "numpy", "cbor2")
+    assert {m for m in done.stdout.split() if m.split(".")[0] in heavy} == set()
