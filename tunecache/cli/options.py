@@ -81,6 +81,8 @@ def repeatable(flag: str, metavar: str, help: str) -> Option:
 
 
 class _Container(Protocol):
+    """What rows are added to: a parser, or one of its argument groups."""
+
     def add_argument(self, *flags: str, **settings: Any) -> argparse.Action: ...
 
 

@@ -111,6 +111,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _print_inspection(console: Console, item: Any) -> None:
+    """One entry's evidence: the decision, its candidates' timings, settings, verdicts, run."""
     entry = item.entry
     console.print(f"[bold]{entry.key}[/bold]  (entry {entry.id}, {entry.status})")
     console.print(
