@@ -1,0 +1,157 @@
+"""The subcommands that read the store: where, list (show), inspect, models, explain, sql."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import NAMES, rows, run_human, run_json, run_process
+from tunecache._version import __version__
+from tunecache.cache import Cache
+from tunecache.cli import EXIT_USAGE, main
+from tunecache.device import detect
+
+
+def test_where_creates_the_cache_and_prints_its_path(_isolated_cache_root: Path) -> None:
+    done = run_process("where")
+    assert done.returncode == 0, done.stderr
+    device = detect()
+    db = _isolated_cache_root / "tune" / __version__ / f"{device.cpu}-t{device.threads}"
+    assert re.search(rf"^database: +{re.escape(str(db / 'cache.db'))}$", done.stdout, re.MULTILINE)
+    assert re.search(r"^revision: +0003$", done.stdout, re.MULTILINE)
+    assert re.search(r"^entries: +0$", done.stdout, re.MULTILINE)
+    assert (db / "cache.db").is_file()
+
+
+def test_where_json_is_stable_for_scripts(_isolated_cache_root: Path) -> None:
+    done = run_process("where", "--json", "--threads", "3", "--accelerator", "NVIDIA H200")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert set(info) == {"device", "fingerprint", "database", "revision", "entries", "writable"}
+    assert info["device"]["threads"] == 3
+    assert info["device"]["accelerator"] == "nvidia-h200"
+    assert info["database"].endswith("-t3/cache.db")
+    assert info["writable"] is True
+
+
+def test_list_json_and_filters(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "list")
+    assert out["count"] == 3
+    row = next(e for e in out["entries"] if e["key"] == "conv_F32_m64_k3")
+    assert (row["choice"], row["heuristic"], row["speedup"]) == ("im2col", "direct", 2.5)
+    assert row["validated_by"] == ["resnet"] and row["masked_by"] == []
+    assert datetime.fromisoformat(row["updated_at"]).tzinfo is not None
+    assert [e["key"] for e in run_json(capsys, "list", "--op", "matmul")["entries"]] == [
+        "matmul_F32_m8_n8"
+    ]
+    assert run_json(capsys, "show", "--model", "resnet", "--signature", "conv_F32")["count"] == 2
+    assert run_json(capsys, "list", "--older-than", "1d")["count"] == 0
+    assert run_json(capsys, "list", "--newer-than", "2000-01-01")["count"] == 3
+    assert run_json(capsys, "list", "--limit", "1")["count"] == 1
+
+
+def test_list_prints_a_table(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_human(capsys, "list")
+    header = next(line for line in out.splitlines() if "key" in line and "choice" in line)
+    for column in ("heuristic", "speedup", "validated by", "masked by", "updated"):
+        assert column in header
+    assert re.search(r"conv_F32_m64_k3\s.*im2col\s.*direct\s.*2\.5x.*resnet", out)
+    assert "3 entries" in out
+
+
+def test_inspect_by_id_and_by_key(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    entry = filled.get("conv_F32_m64_k3")
+    assert entry is not None
+    [by_id] = run_json(capsys, "inspect", str(entry.id))["entries"]
+    assert by_id["entry"]["key"] == "conv_F32_m64_k3"
+    assert [c["samples"] for c in by_id["candidates"]] == [2, 2, 0]
+    assert by_id["candidates"][2]["error"] == "unsupported"
+    assert by_id["verdicts"][0]["model"] == "resnet"
+    assert by_id["run"]["notes"] == "from the tests"
+    out = run_human(capsys, "inspect", "conv_F32_m64_k3")
+    assert "im2col" in out and "11 µs" in out and "unsupported" in out
+    assert "min_time=0.01" in out and "resnet" in out and "from the tests" in out
+
+
+def test_inspect_of_a_missing_entry_exits_1(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", "4242"]) == 1
+    assert (
+        capsys.readouterr().err.strip()
+        == "tunecache: error: no entry for entry 4242 on this device"
+    )
+    assert main(["inspect", "gemm__bad"]) == 2
+
+
+def test_inspect_of_a_non_ascii_digit_is_a_bad_key_rather_than_a_crash(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", "²"]) == 2  # "²".isdigit() is true, but it is no entry id
+    err = capsys.readouterr().err
+    assert err.startswith("tunecache: error:") and err.count("\n") == 1
+
+
+def test_models(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    [model] = run_json(capsys, "models")["models"]
+    assert (model["name"], model["validated"], model["masked"]) == ("resnet", 1, 1)
+    assert "resnet" in run_human(capsys, "models")
+
+
+def test_explain_says_how_the_resolver_answers_and_why(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = rows(filled.path)
+    exact = run_json(capsys, "explain", "conv_F32_m64_k3")
+    assert (exact["choice"], exact["source"]) == ("im2col", "exact")
+    # resnet masked m128: for it, the heuristic; for a model with no verdict, nothing validated
+    # m128, so it is not served either, but m96 borrows from the validated m64.
+    masked = run_json(
+        capsys, "explain", "conv_F32_m128_k3", "--model", "resnet", "--heuristic", "direct"
+    )
+    assert (masked["choice"], masked["source"]) == ("direct", "masked")
+    near = run_json(capsys, "explain", "conv_F32_m96_k3", "--model", "vgg")
+    assert (near["choice"], near["source"], near["borrowed_from"]) == (
+        "im2col",
+        "nearest",
+        "conv_F32_m64_k3",
+    )
+    assert near["distance"] == pytest.approx(0.585, abs=1e-3)
+    text = run_human(capsys, "explain", "conv_F32_m1000_k3", "--candidates", ",".join(NAMES))
+    assert "beyond the cap" in text and "(heuristic)" in text
+    assert rows(filled.path) == before  # explain only reads
+
+
+def test_explain_without_a_known_candidate_list_exits_1(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = run_json(capsys, "explain", "gemm_F16_m8", status=1)
+    assert out["source"] is None
+    assert any("no candidate list is stored" in step for step in out["steps"])
+
+
+def test_explain_refuses_bad_input_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "conv__m64"]) == 2  # an empty token: not a key
+    assert "tunecache: error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["explain", "conv_F32_m64", "--scenario", "s=1,x"])
+    assert stop.value.code == EXIT_USAGE
+    assert main(["explain", "conv_F32_m64", "--candidates", "a,b", "--heuristic", "c"]) == 2
+
+
+def test_sql(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    info = run_json(capsys, "sql")
+    assert info["database"] == str(filled.path)
+    assert "decisions" in info["views"] and len(info["examples"]) >= 3
+    assert "SELECT" in run_human(capsys, "sql")
+    result = run_json(capsys, "sql", "SELECT key, choice FROM decisions ORDER BY key")
+    assert result["columns"] == ["key", "choice"] and len(result["rows"]) == 3
+    assert "conv_F32_m64_k3" in run_human(capsys, "sql", "SELECT key FROM decisions")
+    before = rows(filled.path)
+    assert main(["sql", "DELETE FROM entries"]) == 2
+    assert "not authorized" in capsys.readouterr().err
+    assert rows(filled.path) == before

@@ -1,0 +1,7 @@
+"""`python -m tunecache.cli` runs the command line, as `python -m tunecache` does."""
+
+import sys
+
+from tunecache.cli import main
+
+sys.exit(main())

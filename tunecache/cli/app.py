@@ -1,0 +1,75 @@
+"""`main`: parse, run one subcommand, and turn whatever it raises into one line and a status.
+
+A TunecacheError is its message and its own exit code; a usage error is argparse's usage and
+EXIT_USAGE; Ctrl-C is EXIT_INTERRUPTED; anything else is an internal error (EXIT_INTERNAL), with
+a traceback only under TUNECACHE_DEBUG=1. tunecache's own warnings are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from tunecache.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from tunecache.cli.parser import build_parser
+from tunecache.errors import TunecacheError, TunecacheWarning
+
+__all__ = ["main", "show_warning"]
+
+_original_showwarning = warnings.showwarning
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Show a tunecache warning as one line on stderr, and any other as Python would."""
+    if issubclass(category, TunecacheWarning):
+        print(f"tunecache: warning: {message}", file=sys.stderr)
+    else:
+        _original_showwarning(message, category, filename, lineno, file, line)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        with warnings.catch_warnings():
+            # tunecache's own warnings are one line on stderr, and never an error even under
+            # `python -W error`: a warning is something the user should read, not a failure.
+            warnings.simplefilter("always", TunecacheWarning)
+            warnings.showwarning = show_warning
+            return func(args)
+    except UsageError as error:
+        args.parser.error(str(error))
+        return EXIT_USAGE  # not reached: error() exits
+    except TunecacheError as error:
+        print(f"tunecache: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("tunecache: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Output piped into `head` that closed early is not an error worth a message.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as error:  # the promise: one line, never a traceback
+        if os.environ.get("TUNECACHE_DEBUG"):
+            raise
+        print(
+            f"tunecache: internal error: {type(error).__name__}: {error} "
+            "(set TUNECACHE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL

@@ -1,0 +1,291 @@
+"""The subcommands that read the store: where, list (show), inspect, models, explain and sql."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from tunecache.cli import render
+from tunecache.cli.device import device, open_cache
+from tunecache.cli.exits import EXIT_PROBLEMS
+from tunecache.cli.options import FILTERS, option_values
+from tunecache.keys import format_key
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+__all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", "cmd_sql"]
+
+
+def cmd_where(args: argparse.Namespace) -> int:
+    """Print the device identity and where its cache lives, creating the cache if needed."""
+    with open_cache(args) as cache:
+        info: dict[str, Any] = {
+            "device": cache.device.as_dict(),
+            "fingerprint": cache.device.fingerprint,
+            "database": str(cache.path),
+            "revision": cache.revision(),
+            "entries": cache.count(),
+            "writable": not cache.readonly,
+        }
+        if cache.readonly_reason:
+            info["readonly_reason"] = cache.readonly_reason
+    if args.json:
+        render.print_json(info)
+        return 0
+    width = max(len(k) for k in info["device"]) + 1
+    fields = [(name, "-" if value is None else value) for name, value in info["device"].items()]
+    fields += [(name, info[name]) for name in ("database", "revision", "entries")]
+    if cache.readonly_reason:
+        fields.append(("read-only", cache.readonly_reason))
+    for name, value in fields:
+        print(f"{name + ':':<{width + 1}} {value}")
+    return 0
+
+
+_LIST_COLUMNS = (
+    "id", "key", "choice", "heuristic", "speedup", "status", "validated by", "masked by",
+    "updated",
+)  # fmt: skip
+
+
+def _entry_cells(entry: Any) -> list[str]:
+    """One decision as a row of `list`."""
+    return [
+        str(entry.id),
+        entry.key,
+        entry.choice,
+        entry.heuristic or "-",
+        render.num(entry.speedup, "x"),
+        entry.status,
+        render.names(entry.validated_by),
+        render.names(entry.masked_by),
+        render.when(entry.updated_at),
+    ]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List this device's decisions, most recently updated first, filtered by signature, op,
+    model, status or age."""
+    from tunecache import maintain
+
+    with open_cache(args) as cache:
+        found = maintain.list_entries(cache, **option_values(args, FILTERS))
+    if args.json:
+        render.print_json({"entries": [e.as_dict() for e in found], "count": len(found)})
+        return 0
+    listing = render.table(None, *_LIST_COLUMNS, rows=map(_entry_cells, found))
+    console = render.console()
+    console.print(listing)
+    console.print(f"{len(found)} entries")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Show everything about one entry (by id) or every entry of a key: the timing record of
+    each candidate, the bench settings, the models' verdicts, and the run that tuned it."""
+    from tunecache import maintain
+
+    # isascii: "²".isdigit() is true, and int("²") fails.
+    digits = args.target.isascii() and args.target.isdigit()
+    target: int | str = int(args.target) if digits else args.target
+    with open_cache(args) as cache:
+        try:
+            found = maintain.inspect(cache, target)
+        except maintain.NotFoundError as error:
+            # A key whose op is all digits is still a key; the id's message says what's missing.
+            if not isinstance(target, int):
+                raise
+            try:
+                found = maintain.inspect(cache, args.target)
+            except maintain.NotFoundError:
+                raise error from None
+    if args.json:
+        render.print_json({"entries": [i.as_dict() for i in found]})
+        return 0
+    console = render.console()
+    for item in found:
+        _print_inspection(console, item)
+    return 0
+
+
+def _print_inspection(console: Console, item: Any) -> None:
+    """One entry's evidence: the decision, its candidates' timings, settings, verdicts, run."""
+    entry = item.entry
+    console.print(f"[bold]{entry.key}[/bold]  (entry {entry.id}, {entry.status})")
+    console.print(
+        f"choice {entry.choice}, heuristic {entry.heuristic or '-'}, "
+        f"speedup {render.num(entry.speedup, 'x')}; candidate set {entry.checksum}; "
+        f"created {render.when(entry.created_at)}, updated {render.when(entry.updated_at)}"
+    )
+    if not item.has_record:
+        console.print("no timing record")
+    elif item.record_error is not None:
+        console.print(f"timing record unreadable: {item.record_error}")
+    console.print(_candidates(item.candidates))
+    for title, values in (("bench settings", item.settings), ("environment", item.env)):
+        if values:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+            console.print(f"{title}: {shown}", soft_wrap=True)
+    if item.verdicts:
+        console.print(_verdicts(item.verdicts))
+    else:
+        console.print("no model has judged this entry")
+    run = item.run
+    if run is None:
+        console.print("tuned outside a logged run")
+    else:
+        console.print(
+            f"run {run.id}: {run.kind}, {run.status}, on {run.hostname} (pid {run.pid}) by "
+            f"tunecache {run.tool_version}, {render.when(run.started_at)} to "
+            f"{render.when(run.finished_at)}" + (f"; {run.notes}" if run.notes else ""),
+            soft_wrap=True,
+        )
+    console.print()
+
+
+def _candidates(candidates: Any) -> Table:
+    """An inspection's candidates, with their timings and what became of each."""
+    return render.table(
+        "candidates", "name", "median", "min", "max", "samples", "loops", "failures", "note",
+        rows=map(_candidate_cells, candidates),
+    )  # fmt: skip
+
+
+def _candidate_cells(candidate: Any) -> list[str]:
+    """One candidate's timings as a row, with its notes: chosen, heuristic, pruned, unmeasured."""
+    notes = [
+        note
+        for note, on in (("chosen", candidate.chosen), ("heuristic", candidate.heuristic))
+        if on
+    ]
+    if candidate.pruned:
+        notes.append("pruned")
+    if not candidate.measured:
+        notes.append("not measured")
+    return [
+        candidate.name,
+        render.seconds(candidate.median_s),
+        render.seconds(candidate.min_s),
+        render.seconds(candidate.max_s),
+        str(candidate.samples),
+        str(candidate.inner_loops),
+        candidate.error or "-",
+        ", ".join(notes) or "-",
+    ]
+
+
+def _verdicts(verdicts: Any) -> Table:
+    """An inspection's verdicts, one row a model."""
+    rows = (
+        [
+            verdict.model,
+            verdict.fingerprint or "-",
+            verdict.verdict,
+            render.num(verdict.gain, "x"),
+            f"{verdict.confirmations}/{verdict.rounds}",
+            "-" if verdict.run_id is None else str(verdict.run_id),
+            render.when(verdict.updated_at),
+        ]
+        for verdict in verdicts
+    )
+    return render.table(
+        "verdicts", "model", "fingerprint", "verdict", "gain", "confirmed", "run", "updated",
+        rows=rows,
+    )  # fmt: skip
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """List the models seen, with how many of this device's entries each validated or masked."""
+    from tunecache import maintain
+
+    with open_cache(args) as cache:
+        found = maintain.models(cache)
+    if args.json:
+        render.print_json({"models": [m.as_dict() for m in found]})
+        return 0
+    rows = (
+        [
+            model.name,
+            model.fingerprint or "-",
+            str(model.validated),
+            str(model.masked),
+            render.when(model.first_seen),
+            render.when(model.last_verdict),
+        ]
+        for model in found
+    )
+    shown = render.table(
+        None, "model", "fingerprint", "validated", "masked", "first seen", "last verdict", rows=rows
+    )
+    render.console().print(shown)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Show how the resolver would answer KEY for this device (and model), and why: masks, the
+    exact entry, the nearest tuned shapes with their distances, or the heuristic. Reads only;
+    without --candidates, each candidate list stored for the key's signature is tried."""
+    from tunecache.resolve import Table
+
+    table = Table.open(
+        device=device(args),
+        root=args.root,
+        path=args.db,
+        model=args.model,
+        fingerprint=args.fingerprint,
+        use=args.use,
+        max_distance=args.max_distance,
+        scenarios=dict(args.scenario or ()),
+    )
+    candidates = None
+    if args.candidates is not None:
+        candidates = tuple(name for name in args.candidates.split(",") if name)
+    explanation = table.explain(args.key, candidates, args.heuristic)
+    table.close()
+    render.emit(args, explanation, _print_explanation)
+    return 0 if explanation.answer is not None else EXIT_PROBLEMS
+
+
+def _print_explanation(explanation: Any) -> None:
+    """The key as the resolver read it, then each step it took."""
+    print(f"key: {format_key(explanation.key)}")
+    for step in explanation.steps:
+        print(f"  {step}")
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Print the database path and example queries against the documented views; with a
+    query, run it read-only and print its rows."""
+    from tunecache import maintain
+
+    with open_cache(args) as cache:
+        path = cache.path
+    if args.query is None:
+        if args.json:
+            render.print_json(
+                {
+                    "database": str(path),
+                    "views": list(maintain.VIEWS),
+                    "examples": [{"title": t, "sql": q} for t, q in maintain.EXAMPLE_QUERIES],
+                }
+            )
+            return 0
+        console = render.console()
+        console.print(f"database: {path}", soft_wrap=True)
+        console.print(f"views: {', '.join(maintain.VIEWS)} (docs/cli.md describes them)")
+        console.print(f"open it with: sqlite3 -readonly {path}", soft_wrap=True)
+        for title, query in maintain.EXAMPLE_QUERIES:
+            console.print(f"\n-- {title}\n{query};", soft_wrap=True)
+        return 0
+    result = maintain.run_query(path, args.query, max_rows=args.limit, timeout=args.timeout)
+    if args.json:
+        render.print_json(result.as_dict())
+        return 0
+    console = render.console()
+    cells = ([render.cell(value) for value in row] for row in result.rows)
+    console.print(render.table(None, *result.columns, rows=cells))
+    if result.truncated:
+        console.print(f"only the first {args.limit} rows are shown (--limit)")
+    return 0

@@ -1,0 +1,354 @@
+"""The subcommands that tune and measure: tune, demo and evaluate."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunecache.cli import render
+from tunecache.cli.device import open_cache
+from tunecache.cli.exits import UsageError
+from tunecache.cli.options import TUNE, option_values
+from tunecache.errors import BadArgumentError, TunecacheError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from rich.console import Console
+
+__all__ = ["cmd_tune", "cmd_demo", "cmd_evaluate"]
+
+
+def _load_models(spec: str) -> list[Any]:
+    """The models a MODULE:ATTR or FILE.py:ATTR spec names: a Model, a callable, or a list or
+    dict of them."""
+    from tunecache import tune
+
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise UsageError(f"a model is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
+    value: Any = _import(where)
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise BadArgumentError(f"{where!r} has no attribute {attr!r}")
+        value = getattr(value, part)
+    if isinstance(value, dict):
+        return [tune.as_model(v, name=str(k)) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [tune.as_model(v) for v in value]
+    return [tune.as_model(value, name=attr)]
+
+
+def _import(where: str) -> ModuleType:
+    """The module a model spec names, by dotted name or as a FILE.py; any failure is one line."""
+    import importlib
+    import importlib.util
+
+    try:
+        if not where.endswith(".py"):
+            return importlib.import_module(where)
+        path = Path(where)
+        if not path.is_file():
+            raise BadArgumentError(f"no file {where!r}")
+        # A name of its own, so a file called like an installed module shadows nothing.
+        name = f"_tunecache_models_{abs(hash(str(path.resolve())))}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise BadArgumentError(f"cannot import {where!r}")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module  # dataclasses and pickling look the module up
+        try:
+            loader_spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+    except ImportError as error:
+        raise BadArgumentError(f"cannot import {where!r}: {error}") from None
+    except TunecacheError:
+        raise
+    except Exception as error:  # the module's own code failed while importing
+        raise BadArgumentError(
+            f"importing {where!r} raised {type(error).__name__}: {error}".splitlines()[0]
+        ) from None
+
+
+def _tune_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The tuner's settings from the options, as tune.tune takes them."""
+    return option_values(args, TUNE)
+
+
+# --- tune --------------------------------------------------------------------------------------
+
+
+def _print_tune(console: Console, report: Any) -> None:
+    """One model's tuning report: each heavy key's fate, the counts, and the final guard."""
+    title = f"{report.model} (fingerprint {report.fingerprint}, {len(report.scenarios)} scenarios)"
+    columns = ("key", "share", "action", "runs", "heuristic", "change", "p", "pairs")
+    keys = render.table(title, *columns, rows=map(_key_cells, report.keys))
+    console.print(keys)
+    counts = {a: report.count(a) for a in ("accepted", "validated", "masked", "rejected")}
+    console.print(
+        f"{len({k.key for k in report.keys})} heavy keys, {report.screened} screened out; "
+        + ", ".join(f"{n} {a}" for a, n in counts.items())
+    )
+    console.print(_guard_line(report))
+    if report.interrupted:
+        console.print("interrupted: what was accepted before is stored")
+    elif report.budget_spent:
+        console.print("the time budget ran out: some keys were skipped")
+    console.print(f"{report.seconds:.1f} s, run {report.run_id}")
+
+
+def _key_cells(outcome: Any) -> list[str]:
+    """One heavy key as a row: its share, what became of it, and its paired verdict."""
+    verdict = outcome.verdict
+    return [
+        outcome.key,
+        f"{outcome.share * 100:.1f}%",
+        outcome.action,
+        outcome.choice,
+        outcome.heuristic,
+        render.change(verdict.speedup) if verdict else "-",
+        f"{verdict.p_value:.3g}" if verdict else "-",
+        f"{verdict.rounds} ({verdict.confirmations}/{verdict.needed})" if verdict else "-",
+    ]
+
+
+def _guard_line(report: Any) -> str:
+    """What the final guard (no table against the whole table) said, in one line."""
+    if report.guard_error:
+        return (
+            f"final guard: a run with this table raised {report.guard_error}; "
+            "every entry it used is masked for the model"
+        )
+    if report.guard_skipped:
+        return "final guard: passed in an earlier session over this same table"
+    if report.guard is None:
+        return "final guard: not needed, the model uses no entry (it runs its heuristic)"
+    guard = report.guard
+    word = "kept" if guard.accepted else "dropped (every entry it used is masked for it)"
+    return (
+        f"final guard, no table vs this table: {render.change(guard.speedup)} "
+        f"[{render.change(guard.high)}, {render.change(guard.low)}], p={guard.p_value:.3g}, "
+        f"{guard.confirmations}/{guard.needed} blocks: table {word}"
+    )
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Tune models on this device: profile, screen heavy keys, bench their candidates, accept
+    an entry only when the whole model gets faster (paired runs), and write it to the cache.
+    MODEL is MODULE:ATTR or FILE.py:ATTR naming a tunecache.tune.Model, a callable, or a list or
+    dict of them. Ctrl-C keeps what was accepted (exit 130)."""
+    from tunecache import tune
+
+    models = [m for spec in args.model for m in _load_models(spec)]
+    reports = []
+    with open_cache(args) as cache, render.progress(args) as progress:
+        for model in models:
+            try:
+                report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
+            except tune.TuneInterrupted as stop:
+                reports.append(stop.report)
+                _emit_tune(args, reports)
+                raise
+            reports.append(report)
+    _emit_tune(args, reports)
+    return 0
+
+
+def _emit_tune(args: argparse.Namespace, reports: list[Any]) -> None:
+    """The tuning reports so far, as JSON or one table a model."""
+    if args.json:
+        render.print_json([r.as_dict() for r in reports])
+        return
+    console = render.console()
+    for report in reports:
+        _print_tune(console, report)
+
+
+# --- demo and evaluate: each model against its heuristic ---------------------------------------
+
+
+def _against_heuristic(row: Any, cached_ms: float | None, p: float) -> list[str]:
+    """A model's cells against its heuristic: both times, the change, its interval and p."""
+    return [
+        render.num(row.heuristic_ms),
+        render.num(cached_ms),
+        *render.paired(row.pairs, row.speedup, row.low, row.high, p),
+    ]
+
+
+def _outcome(row: Any) -> str:
+    """A row's outcome, with its note if it has one."""
+    return str(row.outcome) + (f" ({row.note})" if row.note else "")
+
+
+def _print_against(
+    title: str, columns: Sequence[str], rows: Iterable[list[str]], summary: Sequence[str]
+) -> None:
+    """A table of models against their heuristics, then the lines that sum it up."""
+    console = render.console()
+    console.print(render.table(title, *columns, rows=rows))
+    for line in summary:
+        console.print(line)
+
+
+def _demo_cells(row: Any) -> list[str]:
+    """One example model as a row: its times, what it uses, keeps and masks, and its tuning."""
+    return [
+        row.model,
+        str(row.scenarios),
+        *_against_heuristic(row, row.tuned_ms, row.p_value),
+        str(row.used),
+        str(row.kept),
+        str(row.masked),
+        f"{row.accepted} in {row.tune_seconds:.1f} s",
+        _outcome(row),
+    ]
+
+
+def _print_demo(report: Any) -> None:
+    """The demo's table: each example model, the cache against its heuristic."""
+    counts = report.counts()
+    _print_against(
+        "the example models on this device: the cache against each model's heuristic",
+        (
+            "model", "scenarios", "heuristic ms", "tuned ms", "change", "99% interval", "p",
+            "entries used", "kept", "masked", "tuned now", "outcome",
+        ),
+        map(_demo_cells, report.rows),
+        [
+            f"{counts['improved']} improved, {counts['neutral']} neutral, "
+            f"{counts['regressed']} regressed; {report.seconds:.1f} s",
+            f"the decisions: sqlite3 {report.database} 'select * from decisions'",
+        ],
+    )  # fmt: skip
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: tune every example model (tunecache.examples: real numpy convolutions,
+    matrix chains, BLAS thread counts) on this device, into its cache, then measure each model
+    against its heuristic in paired runs. A second run finds everything tuned and only
+    measures. Ctrl-C keeps what was accepted (exit 130)."""
+    from tunecache import demo, tune
+
+    models = demo.example_models(args.model)
+    # Every option is checked before the cache is opened or a word is printed.
+    alpha = 0.01 if args.alpha is None else args.alpha
+    tune.check_evaluate_options(args.measure_pairs, alpha, _tune_kwargs(args))
+    with open_cache(args) as cache, render.progress(args) as progress:
+        if not args.json:
+            render.console(stderr=True).print(
+                f"tuning {len(models)} example models into {cache.path}", highlight=False
+            )
+        report = demo.demo(
+            models,
+            cache=cache,
+            pairs=args.measure_pairs,
+            alpha=alpha,
+            tune_options=_tune_kwargs(args),
+            progress=progress,
+        )
+    render.emit(args, report, _print_demo)
+    return 0
+
+
+def _evaluation_cells(row: Any) -> list[str]:
+    """One model of an evaluation as a row: its group, times, pairs and the entries it used."""
+    return [
+        row.model,
+        row.group,
+        *_against_heuristic(row, row.cached_ms, min(row.p_faster, row.p_slower)),
+        str(row.pairs),
+        str(row.entries),
+        _outcome(row),
+    ]
+
+
+def _print_evaluation(result: Any) -> None:
+    """The held-out table: every model against its heuristic, then the counts per group."""
+    groups = {group: result.counts(group) for group in ("tuned", "held-out")}
+    _print_against(
+        "held-out evaluation: the shared cache against each model's heuristic",
+        (
+            "model", "group", "heuristic ms", "cached ms", "change", "99% interval", "p", "pairs",
+            "entries", "outcome",
+        ),
+        map(_evaluation_cells, result.rows),
+        [
+            *(
+                f"{group}: {counts['improved']} improved, {counts['neutral']} neutral, "
+                f"{counts['regressed']} regressed"
+                for group, counts in groups.items()
+            ),
+            f"{result.seconds:.1f} s",
+        ],
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _evaluation_store(args: argparse.Namespace, examples: bool) -> Iterator[Any]:
+    """The cache an evaluation runs in: the one the options name, or, for the example models
+    with no --root or --db, a fresh temporary one (the demo may have tuned the held-out half in
+    this device's own cache, and then nothing would be held out)."""
+    if not examples or args.root is not None or args.db is not None:
+        with open_cache(args) as cache:
+            yield cache
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tunecache-evaluate-") as root:
+        args.root = root
+        if not args.json:
+            render.console(stderr=True).print(
+                f"the example models, in a fresh cache under {root} (removed afterwards)",
+                highlight=False,
+            )
+        with open_cache(args) as cache:
+            yield cache
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """The held-out protocol: tune on the --tune models, apply the shared cache as it is to the
+    --held-out models, and report every model improved / neutral / regressed against its
+    heuristic, from paired end-to-end runs. With no models named, it runs on the example
+    workload (tunecache.examples.TUNED and HELD_OUT) in a fresh temporary cache, unless --root
+    or --db names one."""
+    from tunecache import tune
+
+    tune.check_evaluate_options(
+        args.measure_pairs, 0.01 if args.alpha is None else args.alpha, _tune_kwargs(args)
+    )
+    examples = not args.tune and not args.held_out
+    if examples:
+        from tunecache import examples as workload
+
+        tuned, held = list(workload.TUNED), list(workload.HELD_OUT)
+    elif not args.tune:
+        raise UsageError("--held-out needs at least one --tune model to build the cache from")
+    else:
+        tuned = [m for spec in args.tune for m in _load_models(spec)]
+        held = [m for spec in args.held_out for m in _load_models(spec)]
+    with _evaluation_store(args, examples) as cache, render.progress(args) as progress:
+        for m in held:
+            if cache.verdicts(m.name):
+                raise BadArgumentError(
+                    f"held-out model {m.name!r} was already tuned or validated in {cache.path}: "
+                    "nothing would be held out; evaluate in a fresh cache (--root DIR)"
+                )
+        result = tune.evaluate(
+            tuned,
+            held,
+            cache=cache,
+            pairs=args.measure_pairs,
+            alpha=0.01 if args.alpha is None else args.alpha,
+            tune_options=_tune_kwargs(args),
+            progress=progress,
+        )
+    render.emit(args, result, _print_evaluation)
+    return 0

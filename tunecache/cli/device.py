@@ -1,0 +1,59 @@
+"""The device options every subcommand takes, and the identity and cache they name."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tunecache.cli.exits import UsageError
+from tunecache.cli.options import option
+
+__all__ = ["DEVICE", "device", "open_cache"]
+
+#: the device options, shown under their own heading in every subcommand's --help
+DEVICE = (
+    option("--client", default="tunecache", help="client library name"),
+    option("--client-version", help="client library version (needed with --client)"),
+    option("--threads", type=int, help="thread pool size (default: usable CPUs)"),
+    option("--accelerator", help="accelerator name, e.g. 'NVIDIA H200'"),
+    option("--cpu", help="another CPU model (or GPU name) than this machine's"),
+    option(
+        "--gpu",
+        type=int,
+        metavar="INDEX",
+        help="the identity tunecache.triton uses for this machine's GPU INDEX (needs torch)",
+    ),
+    option("--root", help="cache root (default: $TUNECACHE_DIR, else the user cache)"),
+    option("--db", help="an explicit database file instead of the device's own"),
+)
+
+
+def device(args: argparse.Namespace) -> Any:
+    """The device identity the options name: this machine's, with any field overridden, or
+    with --gpu the identity tunecache.triton gives this machine's GPU."""
+    from tunecache.device import detect
+
+    if args.gpu is None:
+        return detect(
+            client=args.client,
+            client_version=args.client_version,
+            threads=args.threads,
+            accelerator=args.accelerator,
+            cpu=args.cpu,
+        )
+    named = [f"--{n.replace('_', '-')}" for n in ("client_version", "threads", "accelerator", "cpu")
+             if getattr(args, n) is not None]  # fmt: skip
+    if args.client != "tunecache":
+        named.insert(0, "--client")
+    if named:
+        raise UsageError(f"--gpu gives the whole identity: drop {' '.join(named)}")
+    from tunecache import triton
+
+    return triton.gpu_device(args.gpu)
+
+
+def open_cache(args: argparse.Namespace) -> Any:
+    """The cache the device options name, opened (and created if need be)."""
+    from tunecache.cache import Cache
+
+    return Cache.open(device=device(args), root=args.root, path=args.db)
