@@ -18,6 +18,7 @@ can screen the keys that carry the time. When no profile is active, a call pays 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -238,11 +239,16 @@ def tunable(
     bound: Callable[..., float] | None = None,
 ) -> Callable[[Callable[P, R]], Tunable[P, R]]:
     """Decorator: the decorated function becomes a candidate named after it, and the heuristic's
-    pick unless `heuristic` says otherwise; `candidates` adds the others."""
+    pick unless `heuristic` says otherwise; `candidates` adds the others.
+
+    The op takes the function's `__name__`, `__qualname__`, `__module__` and `__doc__`, so
+    `help(op)` shows the user's own text, and `__wrapped__`, so `inspect.signature(op)` shows the
+    function's parameters (an op takes the same arguments).
+    """
 
     def decorate(function: Callable[P, R]) -> Tunable[P, R]:
         name = function.__name__
-        return Tunable(
+        op = Tunable(
             signature,
             dims=dims,
             shape=shape,
@@ -251,6 +257,10 @@ def tunable(
             facts=facts,
             bound=bound,
         )
+        # updated=(): the function's own attributes are not copied into the op, where one named
+        # like an attribute of the op (`dims`, `signature`) would replace it.
+        functools.update_wrapper(op, function, updated=())
+        return op
 
     return decorate
 
