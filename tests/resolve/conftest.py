@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,23 @@ def judged(store: Cache) -> dict[str, Entry]:
     fresh = put(store, mm(4096), "naive", status="unvalidated")
     rejected = put(store, mm(16), "naive", status="rejected")
     return {"shared": shared, "fresh": fresh, "rejected": rejected}
+
+
+@pytest.fixture
+def locked(store: Cache, db: Path) -> Iterator[Callable[[], object]]:
+    """`db` with one decision (mm(256) -> blocked) under an exclusive lock; the test calls the
+    function it gets to release the lock (or the lock ends with the test)."""
+    put(store, mm(256), "blocked")
+    store.close()
+    # WAL readers never wait for a writer; a rollback-journal file with an exclusive lock held
+    # is how a reader meets a busy database.
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    locker = sqlite3.connect(db, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        yield lambda: locker.execute("COMMIT")
+    finally:
+        if locker.in_transaction:
+            locker.execute("COMMIT")
+        locker.close()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -115,21 +115,11 @@ def test_a_damaged_file_calls_on_damage_once_and_then_reads_as_empty(tmp_path: P
 
 
 def test_a_locked_file_raises_busy_and_stays_readable(
-    store: Cache, db: Path, device: Device
+    locked: Callable[[], object], db: Path, device: Device
 ) -> None:
-    put(store, mm(256), "blocked")
-    store.close()
-    # WAL readers never wait for a writer: a rollback journal with an exclusive lock is busy.
-    with sqlite3.connect(db) as conn:
-        conn.execute("PRAGMA journal_mode = DELETE")
-    locker = sqlite3.connect(db, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")
     reader = Reader(db, device.fingerprint, 0.05)
-    try:
-        with pytest.warns(TunecacheWarning, match="busy"), pytest.raises(Busy):
-            reader.candidate_sets(mm(256).signature, None)
-    finally:
-        locker.execute("COMMIT")
-        locker.close()
+    with pytest.warns(TunecacheWarning, match="busy"), pytest.raises(Busy):
+        reader.candidate_sets(mm(256).signature, None)
+    locked()
     assert reader.broken is None
     assert [names for _, names in reader.candidate_sets(mm(256).signature, None)] == [CANDS]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -179,18 +178,10 @@ def _returns(name: str) -> Callable[[int, int, int], str]:
 
 
 def test_a_busy_cache_answers_the_heuristic_for_now_and_the_entry_once_free(
-    store: Cache, db: Path, device: Device
+    locked: Callable[[], object], db: Path, device: Device
 ) -> None:
     from tunecache.dispatch import Tunable
 
-    put(store, mm(256), "blocked")
-    store.close()
-    # WAL readers never wait for a writer; a rollback-journal file with an exclusive lock held
-    # is how a reader meets a busy database.
-    with sqlite3.connect(db) as conn:
-        conn.execute("PRAGMA journal_mode = DELETE")
-    locker = sqlite3.connect(db, isolation_level=None)
-    locker.execute("BEGIN EXCLUSIVE")
     t = Table.open(path=db, device=device, timeout=0.05)
     op = Tunable(
         SIG,
@@ -200,14 +191,11 @@ def test_a_busy_cache_answers_the_heuristic_for_now_and_the_entry_once_free(
         heuristic="blas",
         register=False,
     )
-    try:
-        with pytest.warns(TunecacheWarning, match="busy"), using(t):
-            assert t.resolve(mm(256), CANDS, "blas") == Answer("blas", "heuristic")
-            assert op(256, 256, 256) == "blas"
-        assert t.remembered(mm(256), CANDS, "blas") is None
-    finally:
-        locker.execute("COMMIT")
-        locker.close()
+    with pytest.warns(TunecacheWarning, match="busy"), using(t):
+        assert t.resolve(mm(256), CANDS, "blas") == Answer("blas", "heuristic")
+        assert op(256, 256, 256) == "blas"
+    assert t.remembered(mm(256), CANDS, "blas") is None
+    locked()
     # Neither the table nor the tunable kept the answer given while the file was locked.
     with using(t):
         assert t.resolve(mm(256), CANDS, "blas").choice == "blocked"
