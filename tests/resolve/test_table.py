@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,6 +142,21 @@ def test_memo_for_keeps_one_memo_per_token_and_damage_empties_them(
         t.resolve(mm(300), CANDS, "blas")
     assert memo == {} and t.memo_for(first) is memo
     assert t.remembered(mm(256), CANDS, "blas") is None
+
+
+def test_a_dropped_table_is_freed_at_once_with_its_connection(
+    store: Cache, db: Path, device: Device
+) -> None:
+    put(store, mm(256), "blocked")
+    t = table(db, device)
+    assert t.resolve(mm(256), CANDS, "blas").source == "exact"  # the connection is open
+    dropped = weakref.ref(t)
+    gc.disable()  # freed by its reference count alone: no cycle through the reader's callback
+    try:
+        del t
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 def _resolve_in_child(t: Table, queue: multiprocessing.Queue[str]) -> None:
