@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import pydoc
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,7 @@ def _dtype(a: np.ndarray, b: np.ndarray) -> tuple[str]:
 
 @tunable("dmm", dims=("m", "k", "n"), shape=_shape, facts=_dtype)
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The product of a (m, k) and b (k, n), as numpy computes it."""
     calls.append("matmul")
     return a @ b
 
@@ -226,3 +229,37 @@ def test_profiling_passes_exceptions_through_and_still_counts_the_call() -> None
     with profile() as p, pytest.raises(ValueError, match="candidate failed"):
         op(1)
     assert [(r.key, r.calls) for r in p.rows()] == [(Key("boom", (("n", 1),)), 1)]
+
+
+def _plain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a @ b
+
+
+def test_a_decorated_op_keeps_the_functions_name_docstring_and_signature() -> None:
+    function = matmul.functions["matmul"]
+    assert (matmul.__name__, matmul.__qualname__, matmul.__module__) == (
+        "matmul",
+        "matmul",
+        __name__,
+    )
+    assert matmul.__doc__ == "The product of a (m, k) and b (k, n), as numpy computes it."
+    assert matmul.__wrapped__ is function
+    assert inspect.signature(matmul) == inspect.signature(function)
+    # What help(matmul) prints: the user's own text, not the Tunable class's.
+    shown = pydoc.render_doc(matmul, renderer=pydoc.plaintext)
+    assert "The product of a (m, k) and b (k, n)" in shown
+    assert (Tunable.__doc__ or "").splitlines()[0] not in shown
+    # The class keeps its own docstring, and so does another op.
+    assert Tunable.__doc__ != matmul.__doc__
+    assert tunable("dplain", dims=("n",), shape=lambda a, b: (1,))(_plain).__doc__ is None
+
+
+def test_the_functions_own_attributes_never_replace_the_ops() -> None:
+    def shadowing(n: int) -> int:
+        return n
+
+    shadowing.dims = "not the dims"  # type: ignore[attr-defined]
+    shadowing.signature = "not the signature"  # type: ignore[attr-defined]
+    op = tunable("dshadow", dims=("n",), shape=lambda n: (n,))(shadowing)
+    assert (op.signature, op.dims) == ("dshadow", ("n",))
+    assert op(3) == 3 and op.__name__ == "shadowing"

@@ -39,3 +39,17 @@ def test_the_tuning_modules_are_attributes_loaded_on_first_use() -> None:
     assert {"tunecache.tune", "tunecache.bench", "tunecache.accept", "tunecache.stats"} <= loaded
     # Tuning needs no store until it opens one: the resolver stays light.
     assert "sqlalchemy" not in loaded
+
+
+def test_the_hot_path_loads_no_heavy_library_and_explain_only_when_asked() -> None:
+    loaded = _modules_after(
+        "import tunecache.resolve, tunecache.dispatch\n"
+        "t = tunecache.resolve.Table.empty()\n"
+        "t.resolve(tunecache.parse('op_n4'), ('a', 'b'), 'a')"
+    )
+    heavy = {m for m in loaded if m.split(".")[0] in ("sqlalchemy", "alembic", "numpy", "cbor2")}
+    assert heavy == set()
+    assert "tunecache.resolve.explain" not in loaded  # the first explanation loads it
+    assert "tunecache.resolve.explain" in _modules_after(
+        "import tunecache.resolve\ntunecache.resolve.Table.empty().explain('op_n4', ('a',))"
+    )

@@ -18,25 +18,25 @@ can screen the keys that carry the time. When no profile is active, a call pays 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from tunecache import resolve as _resolve
 from tunecache.errors import BadArgumentError, BadKeyError
 from tunecache.keys import Key, make_key
-
-if TYPE_CHECKING:
-    from types import TracebackType
+from tunecache.resolve import contexts as _contexts
 
 __all__ = ["Captured", "Profile", "ProfileRow", "Tunable", "profile", "registry", "tunable"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_current = _resolve._current
+# The ContextVar object never changes: bound once here, it is one global read per call.
+_current = _contexts.context_table
 _registry: dict[str, Tunable[Any, Any]] = {}
 _profile: Profile | None = None
 
@@ -136,7 +136,7 @@ class Tunable(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         table = _current.get()
         if table is None:
-            table = _resolve._default
+            table = _contexts.default_table
         last_table, memo = self._last
         if last_table is not table:
             memo = self._memo_for(table)
@@ -152,9 +152,8 @@ class Tunable(Generic[P, R]):
         return result
 
     def _memo_for(self, table: _resolve.Table) -> dict[Any, Callable[P, R]]:
-        memo = table._dispatch.get(self._token)
-        if memo is None:
-            memo = table._dispatch.setdefault(self._token, {})
+        # Only when the table in force changed since this op's last call: not on a hit.
+        memo = table.memo_for(self._token)
         self._last = (table, memo)
         return memo
 
@@ -219,7 +218,7 @@ class Tunable(Generic[P, R]):
         self._keys[raw] = (key, answer)
         # Remember only what the table remembered: an answer given while the cache was busy is
         # asked again next time, not frozen into every later call of this shape.
-        if table._memo.get((key, candidates, heuristic)) is answer:
+        if table.remembered(key, candidates, heuristic) is answer:
             if len(memo) >= _resolve.MEMO_LIMIT:
                 memo.clear()
             memo[raw] = function
@@ -240,11 +239,16 @@ def tunable(
     bound: Callable[..., float] | None = None,
 ) -> Callable[[Callable[P, R]], Tunable[P, R]]:
     """Decorator: the decorated function becomes a candidate named after it, and the heuristic's
-    pick unless `heuristic` says otherwise; `candidates` adds the others."""
+    pick unless `heuristic` says otherwise; `candidates` adds the others.
+
+    The op takes the function's `__name__`, `__qualname__`, `__module__` and `__doc__`, so
+    `help(op)` shows the user's own text, and `__wrapped__`, so `inspect.signature(op)` shows the
+    function's parameters (an op takes the same arguments).
+    """
 
     def decorate(function: Callable[P, R]) -> Tunable[P, R]:
         name = function.__name__
-        return Tunable(
+        op = Tunable(
             signature,
             dims=dims,
             shape=shape,
@@ -253,6 +257,10 @@ def tunable(
             facts=facts,
             bound=bound,
         )
+        # updated=(): the function's own attributes are not copied into the op, where one named
+        # like an attribute of the op (`dims`, `signature`) would replace it.
+        functools.update_wrapper(op, function, updated=())
+        return op
 
     return decorate
 
@@ -360,12 +368,7 @@ class Profile:
         _profile = self
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _profile
         _profile = self._previous
 

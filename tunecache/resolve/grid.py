@@ -1,0 +1,267 @@
+"""The nearest-shape index: one signature's tuned shapes, searched by log-space distance.
+
+The distance between two shapes is the sum over their dims of |log2 ratio|, so a cap of 1.0
+never borrows across more than a factor of 2 in total. Dims a model declared symbolic (its
+scenarios: an LLM's prefill length) count in the distance but not against the cap. numpy is
+imported when a signature's shapes are first indexed, never by importing this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from tunecache.errors import BadArgumentError, BadKeyError
+from tunecache.keys import Key, make_key
+
+__all__ = [
+    "DEFAULT_MAX_DISTANCE",
+    "EPS",
+    "Grid",
+    "Row",
+    "SignatureIndex",
+    "check_max_distance",
+    "check_scenarios",
+    "parse_dims",
+]
+
+#: Borrow a decision across at most a factor of 2 in total: the distance is the sum of the dims'
+#: |log2 ratio|, so no single dim is ever more than 2x away either.
+DEFAULT_MAX_DISTANCE = 1.0
+
+#: Floating-point slack when comparing log-space distances (exact powers of two tie exactly).
+EPS = 1e-9
+
+
+def check_max_distance(value: object) -> float:
+    """A nearest-shape cap as a float, or BadArgumentError: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise BadArgumentError(
+            f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
+        )
+    return float(value)
+
+
+def check_scenarios(scenarios: object) -> dict[str, tuple[int, ...]]:
+    """A model's symbolic dims and their tuned sizes, sorted, or BadArgumentError."""
+    if scenarios is None:
+        return {}
+    if not isinstance(scenarios, Mapping):
+        raise BadArgumentError("scenarios map a symbolic dim name to its tuned sizes")
+    out: dict[str, tuple[int, ...]] = {}
+    for name, sizes in scenarios.items():
+        try:
+            # make_key checks the name and every size by the rules of a key's dims.
+            tuned = {make_key("scenario", [(name, size)]).dims[0][1] for size in sizes}
+        except (BadKeyError, TypeError) as error:
+            raise BadArgumentError(f"bad scenario {name!r}: {error}") from None
+        if not tuned:
+            raise BadArgumentError(f"scenario {name!r} names no tuned size")
+        out[name] = tuple(sorted(tuned))
+    return out
+
+
+def parse_dims(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Split the read contract's `dims` column ("m=288 k=96") into names and values."""
+    if not text:
+        return (), ()
+    # One replace and one split: a signature of 100,000 entries is parsed row by row.
+    parts = text.replace(" ", "=").split("=")
+    return tuple(parts[0::2]), tuple(map(int, parts[1::2]))
+
+
+class Row(NamedTuple):
+    """One tuned shape of a grid: its entry (None for an in-memory decision) and choice."""
+
+    entry_id: int | None
+    values: tuple[int, ...]
+    choice: str
+
+
+class Grid:
+    """The usable tuned shapes of one signature, candidate list and list of dim names.
+
+    Columns in numpy arrays rather than a row object each: 100,000 shapes take a few MB. Rows are
+    kept in tie order (smallest shape, then smallest entry id), so a tie is broken by position.
+    """
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        items: dict[tuple[int, ...], tuple[int | None, str]],
+        symbolic: frozenset[str],
+    ) -> None:
+        # numpy is imported when a signature is first loaded: a process whose keys are all exact
+        # hits answers them with one indexed query each and never pays for it.
+        import numpy as np
+
+        self.np = np
+        #: the dims' names, in the order of every row's values
+        self.names = names
+        self.size = count = len(items)
+        ndims = len(names)
+        values = list(items)
+        choices = sorted({choice for _, choice in items.values()})
+        self.choices = choices
+        code_of = {name: i for i, name in enumerate(choices)}
+        vals = np.array(values, dtype=np.int64).reshape(count, ndims)
+        ids = np.fromiter(
+            (-1 if eid is None else eid for eid, _ in items.values()), dtype=np.int64, count=count
+        )
+        codes = np.fromiter((code_of[c] for _, c in items.values()), dtype=np.int32, count=count)
+        hashes = np.fromiter((hash(v) for v in values), dtype=np.int64, count=count)
+        # np.lexsort sorts by its last key first: the dims in order, then the entry id.
+        order = np.lexsort((ids, *(vals[:, i] for i in reversed(range(ndims)))))
+        self.vals, self.ids, self.codes = vals[order], ids[order], codes[order]
+        hashes = hashes[order]
+        self.hash_order = np.argsort(hashes, kind="stable")
+        self.hashes = hashes[self.hash_order]
+        #: positions of the dims the cap applies to, and of the symbolic (uncapped) ones
+        self.capped = [i for i, name in enumerate(names) if name not in symbolic]
+        self.free = [i for i, name in enumerate(names) if name in symbolic]
+        self._grid: tuple[Any, ...] | None = None
+        self._grid_cap = -1.0
+
+    def row(self, position: int) -> Row:
+        """The row at `position` in tie order."""
+        eid = int(self.ids[position])
+        values = tuple(self.vals[position].tolist())
+        return Row(None if eid < 0 else eid, values, self.choices[int(self.codes[position])])
+
+    def exact(self, values: tuple[int, ...]) -> Row | None:
+        """The row of exactly this shape, found through its hash."""
+        wanted = hash(values)
+        i = int(self.np.searchsorted(self.hashes, wanted))
+        while i < self.size and int(self.hashes[i]) == wanted:
+            position = int(self.hash_order[i])
+            if tuple(self.vals[position].tolist()) == values:
+                return self.row(position)
+            i += 1
+        return None
+
+    def _logs(self, values: Any) -> Any:
+        np = self.np
+        # A size of 0 (an empty tensor) counts as 1/2, one octave below 1, to stay comparable.
+        return np.where(values > 0, np.log2(np.maximum(values, 1)), -1.0)
+
+    def _build(self, cap: float) -> tuple[Any, ...]:
+        """A grid of cells over up to four capped dims: cell -> its rows, in tie order.
+
+        `nearest` searches best first: the query's own cell, then only the cells whose nearest
+        point is closer than the best row found so far. With tuned shapes as dense as a tuner
+        leaves them, that is a handful of cells and a few dozen rows, in plain Python: a numpy
+        call costs more than the arithmetic of a whole cell.
+        """
+        np = self.np
+        logs = self._logs(self.vals)
+        # Half the cap: a cell is smaller than the neighbourhood a summed distance allows, so
+        # a near row is usually in the query's own cell or the next. At least 1/512 of an octave.
+        width = max(cap / 2, 1 / 512)
+        axes = sorted(self.capped, key=lambda i: -len(np.unique(self.vals[:, i])))[:4]
+        cells: dict[tuple[int, ...], list[int]] = {}
+        if axes:
+            index = np.floor(logs[:, axes] / width).astype(np.int64).tolist()
+            for position, cell in enumerate(index):
+                cells.setdefault(tuple(cell), []).append(position)
+        # Python floats, row after row: what the search reads, one at a time.
+        flat = logs.ravel().tolist()
+        self._grid = (axes, width, cells, flat)
+        self._grid_cap = cap
+        return self._grid
+
+    @staticmethod
+    def _cells(x: float, width: float, budget: float) -> list[tuple[int, float]]:
+        """The cells of one axis whose nearest point is within `budget` of `x`, with that
+        distance."""
+        home = math.floor(x / width)
+        out = [(home, 0.0)]
+        step = 1
+        while True:
+            up = (home + step) * width - x
+            down = x - (home - step + 1) * width
+            if up <= budget + EPS:
+                out.append((home + step, up))
+            if down <= budget + EPS:
+                out.append((home - step, down))
+            if up > budget + EPS and down > budget + EPS:
+                return out
+            step += 1
+
+    def nearest(self, values: tuple[int, ...], cap: float) -> tuple[Row, float] | None:
+        """The closest shape within `cap` on the capped dims (ties: tie order), or None."""
+        if not self.size:
+            return None
+        axes, width, cells, flat = (
+            self._grid if self._grid_cap == cap and self._grid else self._build(cap)
+        )
+        query = [(math.log2(v) if v > 0 else -1.0) for v in values]
+        ndims = len(query)
+        capped_dims = [(dim, query[dim]) for dim in self.capped]
+        free_dims = [(dim, query[dim]) for dim in self.free]
+        limit = cap + EPS
+        best = math.inf
+        best_position = -1
+
+        def scan(rows: list[int]) -> None:
+            nonlocal best, best_position
+            for position in rows:
+                base = position * ndims
+                near = 0.0
+                for dim, wanted in capped_dims:
+                    near += abs(flat[base + dim] - wanted)
+                if near > limit:
+                    continue
+                total = near
+                for dim, wanted in free_dims:
+                    total += abs(flat[base + dim] - wanted)
+                # Rows are numbered in tie order: on a tie, the lower number wins.
+                if total < best - EPS or (total <= best + EPS and position < best_position):
+                    best, best_position = total, position
+
+        if not axes:
+            scan(list(range(self.size)))
+        else:
+            home = tuple(math.floor(query[axis] / width) for axis in axes)
+            scan(cells.get(home, []))
+            # Every other cell whose nearest point is within the cap and no farther than the
+            # best row so far, nearest first; a row there is at least that far.
+            budget = min(cap, best)
+            around: list[tuple[float, tuple[int, ...]]] = [(0.0, ())]
+            for axis in axes:
+                around = [
+                    (spent + gap, (*cell, c))
+                    for spent, cell in around
+                    for c, gap in self._cells(query[axis], width, budget - spent)
+                ]
+            around.sort()
+            for gap, cell in around:
+                if gap > best + EPS:
+                    break
+                if cell != home:
+                    found = cells.get(cell)
+                    if found is not None:
+                        scan(found)
+        if best_position < 0:
+            return None
+        return self.row(best_position), best
+
+    def ranked(self, values: tuple[int, ...], limit: int) -> list[tuple[Row, float, float]]:
+        """The `limit` closest shapes with (capped distance, total distance), for explain."""
+        np = self.np
+        diff = np.abs(self._logs(self.vals) - self._logs(np.array(values, dtype=np.int64)))
+        total = diff.sum(axis=1)
+        capped = diff[:, self.capped].sum(axis=1)
+        # Stable sort over tie-ordered rows: equal distances keep the tie order.
+        top = np.argsort(total, kind="stable")[:limit]
+        return [(self.row(int(i)), float(capped[i]), float(total[i])) for i in top]
+
+
+class SignatureIndex:
+    """Everything a table knows about one signature and candidate-list checksum."""
+
+    def __init__(self, groups: dict[tuple[str, ...], Grid], masked: dict[Key, int | None]):
+        #: one grid per list of dim names
+        self.groups = groups
+        #: keys whose entry this table's model masked, with the entry id
+        self.masked = masked

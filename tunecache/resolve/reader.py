@@ -1,0 +1,262 @@
+"""The resolver's reader: one cache database through stdlib sqlite3 and the read-contract views.
+
+The views (`read_entries_v1`, `read_verdicts_v1`, `read_candidates_v1`, migration 0003) are the
+only part of the schema read here, so neither SQLAlchemy nor Alembic is ever imported. Every read
+is guarded, so the host keeps running whatever the file's state:
+
+- no database (or a zero-byte file another process is creating): empty, silently;
+- a damaged one, or one without the views: empty from then on, after one `TunecacheWarning`,
+  and `on_damage` is called so the table forgets what it answered from the file before;
+- a locked one: a `TunecacheWarning` and `Busy`, so the table answers the heuristic for now
+  and asks again next time.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tunecache.errors import TunecacheWarning
+
+__all__ = ["Busy", "Reader"]
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    # Whether a verdict's (model, fingerprint) is the reading table's own.
+    Mine = Callable[[str, str], bool]
+    # Takes one entry: entry_id, dims, choice, status, masked by us, validated by us, validated
+    # by any model.
+    Consume = Callable[[int, str, str, str, bool, bool, bool], None]
+
+#: How far up the stack a warning points: past the reader and the resolution steps, to the
+#: table's own frame (as it always has).
+_STACKLEVEL = 6
+
+
+class Busy(Exception):
+    """A read failed for a passing reason (a lock); the answer must not be remembered."""
+
+
+class _Broken(Exception):
+    """The database cannot be read; the message says why, for the one warning."""
+
+
+class Reader:
+    """Read-only, guarded access to one cache database through the read-contract views."""
+
+    def __init__(self, path: Path, device_fingerprint: str, timeout: float) -> None:
+        self.path = path
+        self.device = device_fingerprint
+        self.timeout = timeout
+        #: why the file cannot be read, once it turned out damaged; None while it reads fine
+        self.broken: str | None = None
+        #: called once, when the file turns out damaged. It must not refer to the table that
+        #: owns this reader: a dropped table would then keep its connection open until the
+        #: garbage collector finds the cycle.
+        self.on_damage: Callable[[], object] | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+
+    def copy(self) -> Reader:
+        """A reader of the same file, device and timeout, with a connection of its own."""
+        return Reader(self.path, self.device, self.timeout)
+
+    # -- the guarded reads -------------------------------------------------------------------
+
+    def point(
+        self, key_text: str, checksum_: str, trace: list[str] | None
+    ) -> tuple[int, str, str, list[Any]] | None:
+        """The entry of exactly this key and list on this device, with its verdicts."""
+        return self._guard(lambda: self._point(key_text, checksum_), trace)
+
+    def signature(
+        self, signature: str, checksum_: str, mine: Mine, consume: Consume, trace: list[str] | None
+    ) -> None:
+        """Feed every entry of a signature and list on this device to `consume`, with its
+        flags (masked by this model, validated by this model, validated by any model).
+
+        Rows are streamed, not fetched all at once: 100,000 entries never sit in memory as
+        Python tuples.
+        """
+        self._guard(lambda: self._signature(signature, checksum_, mine, consume), trace)
+
+    def candidate_sets(
+        self, signature: str, trace: list[str] | None
+    ) -> list[tuple[str, tuple[str, ...]]]:
+        """The candidate lists stored for a signature (for explain), by checksum."""
+        return self._guard(lambda: self._candidate_sets(signature), trace) or []
+
+    def _guard(self, read: Callable[[], T], trace: list[str] | None) -> T | None:
+        """Run a read against the database, turning any failure into one warning."""
+        if self.broken is not None:
+            return None
+        try:
+            return read()
+        except (_Broken, sqlite3.Error, OSError, ValueError) as error:
+            reason = str(error) if isinstance(error, _Broken) else f"{self.path}: {error}"
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                # Transient: answer the heuristic now, without remembering that answer.
+                warnings.warn(
+                    f"tunecache: cache busy, answering the heuristic for now ({reason})",
+                    TunecacheWarning,
+                    stacklevel=_STACKLEVEL,
+                )
+                raise Busy from None
+            self.broken = reason
+            # What was answered from this file before the damage showed is not trusted either:
+            # from now on every question, old or new, gets the heuristic.
+            if self.on_damage is not None:
+                self.on_damage()
+            warnings.warn(
+                f"tunecache: cannot read the cache, every answer is the heuristic ({reason})",
+                TunecacheWarning,
+                stacklevel=_STACKLEVEL,
+            )
+            if trace is not None:
+                trace.append(f"the cache cannot be read: {reason}")
+            return None
+
+    # -- the connection ----------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # A connection inherited across fork() must never be used by the child: open anew.
+        self._conn = None
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return None  # no cache: every answer is the heuristic, and nothing is created
+        if size == 0:
+            # SQLite creates the file before its first page: a cache being created right now.
+            return None
+        conn = self._open("mode=ro")
+        try:
+            self._check(conn)
+        except sqlite3.OperationalError:
+            conn.close()
+            if not self._frozen():
+                raise
+            # A WAL database in a folder no one may write has no -shm to map, and SQLite says
+            # "unable to open" or "readonly". Nobody writes it, so read it as immutable.
+            conn = self._open("immutable=1")
+            self._check(conn)
+        self._conn = conn
+        self._pid = os.getpid()
+        return conn
+
+    def _frozen(self) -> bool:
+        from tunecache.store.access import frozen
+
+        wal = self.path.with_name(self.path.name + "-wal")
+        # Committed frames in a -wal would be ignored by an immutable reader: not frozen, then.
+        return frozen(self.path) and not (wal.exists() and wal.stat().st_size > 0)
+
+    def _open(self, mode: str) -> sqlite3.Connection:
+        uri = f"{self.path.as_uri()}?{mode}"
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only = 1")
+        return conn
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        found = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'view' AND name LIKE 'read_%_v1'"
+            )
+        }
+        missing = {"read_entries_v1", "read_verdicts_v1", "read_candidates_v1"} - found
+        if missing:
+            raise _Broken(
+                f"cache database {self.path} lacks the views {', '.join(sorted(missing))}"
+                "; it predates tunecache's resolver or is not a tunecache cache. Open it once "
+                "with tunecache.open() to upgrade it"
+            )
+
+    def close(self) -> None:
+        """Close the connection; the next read opens a new one."""
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    # -- the queries -------------------------------------------------------------------------
+
+    def _point(self, key_text: str, checksum_: str) -> tuple[int, str, str, list[Any]] | None:
+        conn = self._connect()
+        if conn is None:
+            return None
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute(
+                "SELECT entry_id, choice, status FROM read_entries_v1"
+                " WHERE key = ? AND checksum = ? AND device = ?",
+                (key_text, checksum_, self.device),
+            ).fetchone()
+            if row is None:
+                return None
+            verdicts = conn.execute(
+                "SELECT model, model_fingerprint, verdict FROM read_verdicts_v1 WHERE entry_id = ?",
+                (row[0],),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return row[0], row[1], row[2], verdicts
+
+    def _signature(self, signature: str, checksum_: str, mine: Mine, consume: Consume) -> None:
+        conn = self._connect()
+        if conn is None:
+            return
+        # The unary + keeps SQLite from driving the query by the device's index (every entry of
+        # the device, filtered): by the signature's index, the cost follows the signature's size.
+        where = " WHERE e.signature = ? AND +e.checksum = ? AND +e.device = ?"
+        args = (signature, checksum_, self.device)
+        conn.execute("BEGIN")
+        try:
+            masked: set[int] = set()
+            validated: set[int] = set()
+            validated_any: set[int] = set()
+            for entry_id, model, fingerprint, verdict in conn.execute(
+                "SELECT v.entry_id, v.model, v.model_fingerprint, v.verdict"
+                " FROM read_verdicts_v1 v JOIN read_entries_v1 e ON e.entry_id = v.entry_id"
+                + where,
+                args,
+            ):
+                if verdict == "validated":
+                    validated_any.add(entry_id)
+                if mine(model, fingerprint):
+                    (masked if verdict == "masked" else validated).add(entry_id)
+            for entry_id, dims, choice, status in conn.execute(
+                "SELECT e.entry_id, e.dims, e.choice, e.status FROM read_entries_v1 e" + where,
+                args,
+            ):
+                consume(
+                    entry_id,
+                    dims,
+                    choice,
+                    status,
+                    entry_id in masked,
+                    entry_id in validated,
+                    entry_id in validated_any,
+                )
+        finally:
+            conn.execute("COMMIT")
+
+    def _candidate_sets(self, signature: str) -> list[tuple[str, tuple[str, ...]]]:
+        conn = self._connect()
+        if conn is None:
+            return []
+        sets: dict[str, list[str]] = {}
+        for checksum_, name in conn.execute(
+            "SELECT checksum, name FROM read_candidates_v1 WHERE signature = ?"
+            " ORDER BY checksum, position",
+            (signature,),
+        ):
+            sets.setdefault(checksum_, []).append(name)
+        return [(sum_, tuple(names)) for sum_, names in sets.items()]
