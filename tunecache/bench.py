@@ -59,7 +59,9 @@ read that opens or closes a timed region.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import inspect
 import math
 import os
 import platform
@@ -69,7 +71,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from tunecache import codec
 from tunecache.errors import BadArgumentError
@@ -81,6 +83,7 @@ __all__ = [
     "Stopped",
     "bench",
     "check_settings",
+    "settings_defaults",
     "environment",
     "error_text",
     "survivors",
@@ -552,6 +555,13 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+@functools.cache
+def settings_defaults() -> MappingProxyType[str, Any]:
+    """Every keyword option of `bench` with its default, read from its signature."""
+    parameters = inspect.signature(bench).parameters.values()
+    return MappingProxyType({p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY})
+
+
 def _check_candidates(candidates: object) -> None:
     """Refuse candidates that are not a non-empty mapping of names to callables."""
     if not isinstance(candidates, Mapping) or not candidates:
@@ -563,25 +573,24 @@ def _check_candidates(candidates: object) -> None:
             raise BadArgumentError(f"candidate {name!r} is not callable")
 
 
-def check_settings(
-    *,
-    min_samples: int = 3,
-    max_samples: int = 10,
-    drop_ratio: float = 1.5,
-    lower_bound: float | None = None,
-    bound_threshold: float = 0.8,
-    budget: float | None = 1.0,
-    sample_time: float = SAMPLE_TIME,
-    warmup: int = 1,
-    sync: Callable[[], object] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> None:
+def check_settings(**settings: Any) -> None:
     """Refuse settings `bench` cannot honour, with one line that names the option.
 
-    `bench` calls it first; a caller that passes settings on to `bench` later (the tuner)
-    calls it up front, so a bad option is refused before anything runs. The defaults are
-    `bench`'s own.
+    `settings` are keyword options of `bench`; those not given take its defaults, and a name
+    it does not know is refused too. `bench` calls it first; a caller that passes settings on
+    to `bench` later (the tuner) calls it up front, so a bad option is refused before anything
+    runs.
     """
+    defaults = settings_defaults()
+    unknown = sorted(set(settings) - set(defaults))
+    if unknown:
+        raise BadArgumentError(f"unknown bench options {unknown}; known: {sorted(defaults)}")
+    values = {**defaults, **settings}
+    min_samples, max_samples = values["min_samples"], values["max_samples"]
+    drop_ratio, lower_bound = values["drop_ratio"], values["lower_bound"]
+    bound_threshold, budget = values["bound_threshold"], values["budget"]
+    sample_time, warmup = values["sample_time"], values["warmup"]
+    sync, clock = values["sync"], values["clock"]
     # The annotations say what is meant; callers without a type checker pass anything, so
     # every check is made at run time too.
     if not _is_count(min_samples) or min_samples < 1:

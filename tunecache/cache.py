@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Connection, Engine
 
 from tunecache import codec, paths
 from tunecache.candidates import candidate_names, checksum
-from tunecache.device import Device, detect
+from tunecache.device import Device
 from tunecache.errors import (
     BadRecordError,
     ReadOnlyStoreError,
@@ -141,34 +140,20 @@ class Cache:
 
     @classmethod
     def open(
-        cls,
-        *,
-        client: str = "tunecache",
-        client_version: str | None = None,
-        threads: int | None = None,
-        accelerator: str | None = None,
-        root: str | os.PathLike[str] | None = None,
-        path: str | os.PathLike[str] | None = None,
-        device: Device | None = None,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        cpu: str | None = None,
+        cls, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, **location: Unpack[paths.Location]
     ) -> Cache:
         """Open (creating or upgrading as needed) the cache of this device.
 
-        The database lives at `paths.database_path(device, root)` unless `path` names a file. A
-        database written by a newer tunecache is opened read-only, with a TunecacheWarning.
-        `cpu` names another processor (or a GPU, for a GPU client) than this machine's.
+        `location` names the device and the file (`tunecache.paths.Location`): the identity
+        options `client`, `client_version`, `threads`, `accelerator` and `cpu` (another
+        processor, or a GPU for a GPU client, than this machine's), or a `device`; and `root`,
+        under which the database lives at `paths.database_path(device, root)`, or `path`, a
+        file. A database written by a newer tunecache is opened read-only, with a
+        TunecacheWarning.
         """
-        if device is None:
-            device = detect(
-                client=client,
-                client_version=client_version,
-                threads=threads,
-                accelerator=accelerator,
-                cpu=cpu,
-            )
+        fields, db = paths.locate(**location)
+        device = location.get("device") or Device(*fields)
         busy_timeout = check_timeout(busy_timeout)
-        db = paths.explicit_path(path) if path is not None else paths.database_path(device, root)
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -182,7 +167,7 @@ class Cache:
             )
         # A damaged file at tunecache's own location is moved aside for a fresh cache; one the
         # caller named is never moved.
-        quarantine.check(db, busy_timeout, may_move=path is None)
+        quarantine.check(db, busy_timeout, may_move=location.get("path") is None)
         # Look before writing: even switching the journal mode writes to the file, and a file
         # this tunecache must not change is refused (or read) without being touched.
         state = migrate.inspect_file(db, busy_timeout)

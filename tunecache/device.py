@@ -9,10 +9,13 @@ other (pyperf's `_CHECKED_METADATA` follows the same rule).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Unpack
 
 from tunecache.errors import DeviceMismatchError
 from tunecache.identity import (
     CHECKED_FIELDS,
+    Fields,
+    Identity,
     check_fields,
     cpu_model,
     detect_fields,
@@ -43,7 +46,7 @@ class Device:
     client_version: str
 
     def __post_init__(self) -> None:
-        check_fields(self.cpu, self.threads, self.accelerator, self.client, self.client_version)
+        check_fields(*self.fields)
 
     @property
     def dirname(self) -> str:
@@ -53,9 +56,12 @@ class Device:
     @property
     def fingerprint(self) -> str:
         """A stable digest of every checked field; equal fingerprints mean the same device."""
-        return fingerprint(
-            (self.cpu, self.threads, self.accelerator, self.client, self.client_version)
-        )
+        return fingerprint(self.fields)
+
+    @property
+    def fields(self) -> Fields:
+        """The checked fields' values, in CHECKED_FIELDS order."""
+        return (self.cpu, self.threads, self.accelerator, self.client, self.client_version)
 
     def as_dict(self) -> dict[str, str | int | None]:
         """The checked fields by name, for display and for export."""
@@ -79,25 +85,12 @@ class Device:
         return replace(self, threads=threads)
 
 
-def detect(
-    *,
-    client: str = "tunecache",
-    client_version: str | None = None,
-    threads: int | None = None,
-    accelerator: str | None = None,
-    cpu: str | None = None,
-) -> Device:
+def detect(**identity: Unpack[Identity]) -> Device:
     """The identity of this machine for `client`, with explicit values taking precedence.
 
     `threads` is the size of the thread pool the client will run with; by default, every CPU this
     process may use. `client_version` defaults to tunecache's own version when the client is
-    tunecache itself, and must be given for any other client.
+    tunecache itself, and must be given for any other client. `cpu` and `accelerator` name
+    other hardware than what is detected (see `tunecache.identity.detect_fields`).
     """
-    cpu, threads, accelerator, client, client_version = detect_fields(
-        client=client,
-        client_version=client_version,
-        threads=threads,
-        accelerator=accelerator,
-        cpu=cpu,
-    )
-    return Device(cpu, threads, accelerator, client, client_version)
+    return Device(*detect_fields(**identity))

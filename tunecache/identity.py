@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from functools import lru_cache
+from typing import TypedDict
 
 from tunecache._digest import sha256
 from tunecache._version import __version__
@@ -18,6 +19,8 @@ from tunecache.errors import BadArgumentError
 
 __all__ = [
     "CHECKED_FIELDS",
+    "Fields",
+    "Identity",
     "check_fields",
     "cpu_model",
     "detect_fields",
@@ -29,6 +32,18 @@ __all__ = [
 
 #: the checked fields' values, in CHECKED_FIELDS order
 Fields = tuple[str, int, "str | None", str, str]
+
+
+class Identity(TypedDict, total=False):
+    """The keyword options that name a device identity (`detect_fields`, `tunecache.detect`):
+    each one left out is detected, or takes the default `detect_fields` gives it."""
+
+    client: str
+    client_version: str | None
+    threads: int | None
+    accelerator: str | None
+    cpu: str | None
+
 
 #: the fields that make two devices different; every one is compared, none is advisory
 CHECKED_FIELDS = ("cpu", "threads", "accelerator", "client", "client_version")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from tunecache.errors import BadArgumentError
-from tunecache.identity import dirname
+from tunecache.identity import Fields, Identity, detect_fields, dirname
 
 if TYPE_CHECKING:
     from tunecache.device import Device
@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 __all__ = [
     "DATABASE_NAME",
     "ENV_VAR",
+    "Location",
     "cache_root",
     "database_path",
     "database_path_of",
     "device_dir",
     "explicit_path",
+    "locate",
     "version_dir",
 ]
 
@@ -87,3 +89,37 @@ def explicit_path(path: str | os.PathLike[str]) -> Path:
     if not str(path):
         raise BadArgumentError("the database path must not be empty")
     return Path(path).absolute()
+
+
+class Location(Identity, total=False):
+    """The keyword options that name a cache (`tunecache.open`, `Table.open`): a device identity,
+    or `device` itself, and the folder (`root`) or the very file (`path`) of its database."""
+
+    root: str | os.PathLike[str] | None
+    path: str | os.PathLike[str] | None
+    device: Device | None
+
+
+def locate(
+    *,
+    root: str | os.PathLike[str] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    device: Device | None = None,
+    **identity: Unpack[Identity],
+) -> tuple[Fields, Path]:
+    """The checked fields of the identity these options name and the file of its database.
+
+    `device`, if given, is the identity (the identity options are then ignored); else it is
+    detected from them. The file is `path` if given, else the identity's default location under
+    `root` (see `cache_root`).
+    """
+    unknown = sorted(set(identity) - Identity.__optional_keys__)
+    if unknown:
+        # Without this, a misspelt option would name detect_fields, not the caller's function.
+        known = ", ".join(sorted(Location.__optional_keys__))
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}; a cache is named by {known}")
+    fields = device.fields if device is not None else detect_fields(**identity)
+    if path is not None:
+        return fields, explicit_path(path)
+    cpu_, threads_, _, client_, version = fields
+    return fields, database_path_of(client_, version, cpu_, threads_, root)

@@ -8,7 +8,7 @@ from typing import Any
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import option
 
-__all__ = ["DEVICE", "device", "open_cache"]
+__all__ = ["DEVICE", "device", "location", "open_cache"]
 
 #: the device options, shown under their own heading in every subcommand's --help
 DEVICE = (
@@ -52,8 +52,13 @@ def device(args: argparse.Namespace) -> Any:
     return triton.gpu_device(args.gpu)
 
 
+def location(args: argparse.Namespace) -> dict[str, Any]:
+    """The cache the device options name, as `tunecache.open` and `Table.open` take it."""
+    return {"device": device(args), "root": args.root, "path": args.db}
+
+
 def open_cache(args: argparse.Namespace) -> Any:
     """The cache the device options name, opened (and created if need be)."""
     from tunecache.cache import Cache
 
-    return Cache.open(device=device(args), root=args.root, path=args.db)
+    return Cache.open(**location(args))

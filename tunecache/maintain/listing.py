@@ -50,20 +50,9 @@ def entry_infos(
     empty: dict[str, list[str]] = {"validated": [], "masked": []}
     return [
         EntryInfo(
-            id=row.id,
-            key=row.key,
-            signature=row.signature,
-            dims=row.dims,
-            choice=row.choice,
-            heuristic=row.heuristic,
-            speedup=row.speedup,
-            status=row.status,
-            checksum=row.checksum,
+            **row.values_for(EntryInfo),
             validated_by=tuple(names.get(row.id, empty)["validated"]),
             masked_by=tuple(names.get(row.id, empty)["masked"]),
-            run_id=row.run_id,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
         )
         for row in found
     ]

@@ -9,12 +9,11 @@ resolution (`tunecache.resolve.lookup`), which read the database lazily, one sig
 
 from __future__ import annotations
 
-import os
 from _thread import RLock  # threading costs ~2 ms to import; its RLock is this one
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from tunecache.candidates import candidate_names, checksum
 from tunecache.errors import BadArgumentError
@@ -30,7 +29,7 @@ from tunecache.resolve.lookup import USES, Lookup, Rules
 from tunecache.resolve.reader import Busy, Reader
 
 if TYPE_CHECKING:
-    from tunecache.device import Device
+    from tunecache.paths import Location
 
 __all__ = ["MEMO_LIMIT", "Table"]
 
@@ -117,19 +116,13 @@ class Table:
     def open(
         cls,
         *,
-        client: str = "tunecache",
-        client_version: str | None = None,
-        threads: int | None = None,
-        accelerator: str | None = None,
-        root: str | os.PathLike[str] | None = None,
-        path: str | os.PathLike[str] | None = None,
-        device: Device | None = None,
         model: str | None = None,
         fingerprint: str | None = None,
         use: str = "validated",
         max_distance: float = DEFAULT_MAX_DISTANCE,
         scenarios: Mapping[str, Iterable[int]] | None = None,
         timeout: float = 5.0,
+        **location: Unpack[Location],
     ) -> Table:
         """A table over this device's cache (the same location rules as `tunecache.open`).
 
@@ -139,27 +132,7 @@ class Table:
 
         # The identity's fields, not a Device: the dataclass machinery costs a cold start more
         # than the whole lookup does.
-        if device is not None:
-            fields: identity.Fields = (
-                device.cpu,
-                device.threads,
-                device.accelerator,
-                device.client,
-                device.client_version,
-            )
-        else:
-            fields = identity.detect_fields(
-                client=client,
-                client_version=client_version,
-                threads=threads,
-                accelerator=accelerator,
-            )
-        cpu, threads_, _, client_, version = fields
-        db = (
-            paths.explicit_path(path)
-            if path is not None
-            else paths.database_path_of(client_, version, cpu, threads_, root)
-        )
+        fields, db = paths.locate(**location)
         reader = Reader(db, identity.fingerprint(fields), timeout)
         return cls(
             reader,

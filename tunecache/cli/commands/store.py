@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from tunecache.cli import render
-from tunecache.cli.device import device, open_cache
+from tunecache.cli.device import location, open_cache
 from tunecache.cli.exits import EXIT_PROBLEMS
 from tunecache.cli.options import FILTERS, option_values
 from tunecache.keys import format_key
@@ -230,9 +230,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from tunecache.resolve import Table
 
     table = Table.open(
-        device=device(args),
-        root=args.root,
-        path=args.db,
+        **location(args),
         model=args.model,
         fingerprint=args.fingerprint,
         use=args.use,
