@@ -43,23 +43,21 @@ class Stock:
         judge(cache, self.plain, ("bert", "masked", None, 2, 0))
         judge(cache, self.conv, RESNET, ("bert", "masked", None, 3, 0))
         backdate(cache, self.plain, OLD)
+        with cache.transaction() as tx:
+            device = tx.device_id()
+        assert device is not None
+        #: the device row of the cache
+        self.device = device
 
     @property
     def all(self) -> list[Entry]:
         """Every entry, in the order they were written."""
         return [self.conv, self.short, self.plain, self.convx, self.percent, self.matmul]
 
-    def device_id(self) -> int:
-        """The device row of the cache."""
-        with self.cache.transaction() as tx:
-            found = tx.device_id()
-        assert found is not None
-        return found
-
     def ask(self, question: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One question of `queries`, in a read transaction, about the cache's device."""
         with self.cache.transaction() as tx:
-            return question(tx.conn, self.device_id(), *args, **kwargs)
+            return question(tx.conn, self.device, *args, **kwargs)
 
     def ids(self, **where: Any) -> list[int]:
         """The ids `queries.entries` returns with these filters, in its order."""
@@ -68,6 +66,7 @@ class Stock:
 
 @pytest.fixture
 def stock(cache: Cache) -> Stock:
+    """The `cache` fixture, stocked (see `Stock`)."""
     return Stock(cache)
 
 
@@ -157,7 +156,7 @@ def test_entries_of_one_device_only(stock: Stock, twin: Cache) -> None:
     twin.put("conv_F32_m1", choice="winograd", candidates=NAMES)
     assert sorted(stock.ids()) == _ids(*stock.all)
     with stock.cache.transaction() as tx:
-        assert queries.count_entries(tx.conn, stock.device_id()) == len(stock.all)
+        assert queries.count_entries(tx.conn, stock.device) == len(stock.all)
         assert queries.count(tx.conn, KEYS) == 5  # of every device
         assert len(queries.entry_links(tx.conn)) == len(stock.all) + 1
         # The devices that own entries, as stored.
@@ -170,7 +169,7 @@ def test_an_entry_is_found_by_its_rows_and_owned_by_its_device(stock: Stock, twi
     s = stock
     theirs = twin.put("conv_F32_m1", choice="winograd", candidates=NAMES)
     with s.cache.transaction() as tx:
-        mine = s.device_id()
+        mine = s.device
         links = {x.id: x for x in queries.entry_links(tx.conn)}
         link, short = links[s.conv.id], links[s.short.id]
         # One key row, two candidate sets.
@@ -191,7 +190,7 @@ def test_an_entry_is_found_by_its_rows_and_owned_by_its_device(stock: Stock, twi
 
 def test_set_names_keep_their_order_and_any_number_of_ids(stock: Stock) -> None:
     with stock.cache.transaction() as tx:
-        found = {row.id: row.set_id for row in queries.entries(tx.conn, stock.device_id())}
+        found = {row.id: row.set_id for row in queries.entries(tx.conn, stock.device)}
         # More ids than one statement binds: they go in chunks, and unknown ids name nothing.
         names = queries.set_names(tx.conn, range(1, 2 * queries.CHUNK + 2))
         assert len(names) == 2 * queries.CHUNK + 1
@@ -214,7 +213,7 @@ def test_chunks_bind_at_most_chunk_ids() -> None:
 
 def test_a_record_is_read_only_for_its_own_device(stock: Stock, twin: Cache) -> None:
     with stock.cache.transaction() as tx:
-        mine = stock.device_id()
+        mine = stock.device
         assert queries.record_data(tx.conn, stock.conv.id, mine) == codec.encode(stock.record)
         assert queries.record_data(tx.conn, stock.short.id, mine) is None
         assert queries.record_data(tx.conn, stock.conv.id, None) is None
