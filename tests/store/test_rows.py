@@ -16,18 +16,8 @@ from tunecache.cache import Cache
 from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.keys import make_key, parse
+from tunecache.store import models as schema
 from tunecache.store import queries, rows
-from tunecache.store.models import (
-    CANDIDATE_SETS,
-    CANDIDATES,
-    DEVICES,
-    ENTRIES,
-    KEYS,
-    MODELS,
-    RUNS,
-    VALIDATIONS,
-    utcnow,
-)
 
 
 def _write(cache: Cache, change: Callable[[Connection], Any]) -> Any:
@@ -47,17 +37,17 @@ def _counts(cache: Cache, *tables: Table) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("what", "make", "tables"),
     [
-        ("key", lambda conn: rows.key_row(conn, parse("conv_F32_m1")), (KEYS,)),
+        ("key", lambda conn: rows.key_row(conn, parse("conv_F32_m1")), (schema.KEYS,)),
         (
             "candidate set",
             lambda conn: rows.candidate_set_row(conn, "conv_F32", NAMES, checksum(NAMES)),
-            (CANDIDATE_SETS, CANDIDATES),
+            (schema.CANDIDATE_SETS, schema.CANDIDATES),
         ),
-        ("model", lambda conn: rows.model_row(conn, "resnet", "r1"), (MODELS,)),
+        ("model", lambda conn: rows.model_row(conn, "resnet", "r1"), (schema.MODELS,)),
         (
             "device",
             lambda conn: rows.device_row(conn, Device("cpu-x", 2, None, "tunecache", "9")),
-            (DEVICES,),
+            (schema.DEVICES,),
         ),
     ],
 )
@@ -102,15 +92,21 @@ def test_a_device_row_holds_the_checked_fields(cache: Cache, device: Device) -> 
     with cache.transaction() as tx:
         assert queries.device_id(tx.conn, device.fingerprint) == device_id
         assert tx.device_id() == device_id  # the cache's own identity
-        assert queries.count(tx.conn, DEVICES) == 1
+        assert queries.count(tx.conn, schema.DEVICES) == 1
 
 
 def test_insert_row_returns_the_new_id(cache: Cache) -> None:
     first = _write(
-        cache, lambda c: rows.insert_row(c, MODELS, name="a", fingerprint="", created_at=utcnow())
+        cache,
+        lambda c: rows.insert_row(
+            c, schema.MODELS, name="a", fingerprint="", created_at=schema.utcnow()
+        ),
     )
     second = _write(
-        cache, lambda c: rows.insert_row(c, MODELS, name="b", fingerprint="", created_at=utcnow())
+        cache,
+        lambda c: rows.insert_row(
+            c, schema.MODELS, name="b", fingerprint="", created_at=schema.utcnow()
+        ),
     )
     assert second > first
     assert sql(cache.path, "SELECT id, name FROM models ORDER BY id") == [
@@ -124,7 +120,7 @@ def test_insert_row_returns_the_new_id(cache: Cache) -> None:
 
 def _entry(conn: Connection, device: Device, **values: Any) -> int:
     """An entry of conv_F32_m1 against NAMES for `device`, with `values` for its columns."""
-    now = utcnow()
+    now = schema.utcnow()
     columns = {"choice": "direct", "status": "unvalidated", "created_at": now, "updated_at": now}
     return rows.insert_entry(
         conn,
@@ -150,7 +146,7 @@ def test_an_entry_is_inserted_then_overwritten(cache: Cache, device: Device) -> 
 def test_a_timing_record_is_stored_with_a_summary_per_candidate(cache: Cache) -> None:
     entry = cache.put("conv_F32_m1", choice="im2col", candidates=NAMES)
     record = timing(3e-5, 1e-5)
-    now = utcnow()
+    now = schema.utcnow()
     _write(
         cache,
         lambda conn: rows.insert_record(
@@ -174,7 +170,7 @@ def test_a_timing_record_is_stored_with_a_summary_per_candidate(cache: Cache) ->
 def test_a_record_without_candidates_has_no_summary_rows(cache: Cache) -> None:
     entry = cache.put("conv_F32_m1", choice="im2col", candidates=NAMES)
     empty = codec.TimingRecord()
-    now = utcnow()
+    now = schema.utcnow()
     _write(
         cache,
         lambda conn: rows.insert_record(conn, entry.id, empty, codec.encode(empty), None, now),
@@ -203,7 +199,7 @@ def test_a_status_is_set_only_on_the_devices_own_entry(cache: Cache, twin: Cache
     with cache.transaction() as tx:
         mine = tx.device_id()
     theirs = twin.put("conv_F32_m1", choice="direct", candidates=NAMES)
-    now = utcnow()
+    now = schema.utcnow()
     assert _write(cache, lambda conn: rows.set_status(conn, entry.id, mine, "accepted", now))
     assert not _write(cache, lambda conn: rows.set_status(conn, theirs.id, mine, "accepted", now))
     got = cache.get("conv_F32_m1")
@@ -219,7 +215,7 @@ def test_put_verdict_replaces_the_models_earlier_one(cache: Cache) -> None:
     model = _write(cache, lambda conn: rows.model_row(conn, "resnet", "r1"))
 
     def give(verdict: str, rounds: int) -> None:
-        now = utcnow()
+        now = schema.utcnow()
         values = {"verdict": verdict, "gain": None, "rounds": rounds, "confirmations": 0}
         values |= {"run_id": None, "updated_at": now}
         _write(cache, lambda conn: rows.put_verdict(conn, model, entry.id, values, now))
@@ -235,7 +231,7 @@ def test_put_verdict_replaces_the_models_earlier_one(cache: Cache) -> None:
 
 def test_insert_verdict_writes_every_column_given(cache: Cache) -> None:
     entry = cache.put("conv_F32_m1", choice="im2col", candidates=NAMES)
-    now = utcnow()
+    now = schema.utcnow()
     values = {"verdict": "masked", "gain": 0.9, "rounds": 4, "confirmations": 1}
     values |= {"run_id": None, "created_at": now, "updated_at": now}
 
@@ -300,21 +296,21 @@ def test_delete_ids_binds_at_most_a_chunk_per_statement(cache: Cache, deletes: l
         return [rows.key_row(conn, make_key("conv_F32", m=m)) for m in range(many + 1)]
 
     made = _write(cache, make)
-    _write(cache, lambda conn: rows.delete_ids(conn, KEYS, made[:many]))
+    _write(cache, lambda conn: rows.delete_ids(conn, schema.KEYS, made[:many]))
     assert deletes == [queries.CHUNK, queries.CHUNK, 1]
     assert sql(cache.path, "SELECT id FROM keys") == [(made[-1],)]
-    _write(cache, lambda conn: rows.delete_ids(conn, KEYS, []))
+    _write(cache, lambda conn: rows.delete_ids(conn, schema.KEYS, []))
     assert len(deletes) == 3  # nothing to delete: no statement at all
 
 
 def test_deleting_an_entry_takes_its_evidence_with_it(cache: Cache) -> None:
     entry = cache.put("conv_F32_m1", choice="im2col", candidates=NAMES, record=timing(3e-5, 1e-5))
     judge(cache, entry, RESNET)
-    _write(cache, lambda conn: rows.delete_ids(conn, ENTRIES, [entry.id]))
+    _write(cache, lambda conn: rows.delete_ids(conn, schema.ENTRIES, [entry.id]))
     for table in ("entries", "timing_records", "candidate_timings", "validations"):
         assert sql(cache.path, f"SELECT count(*) FROM {table}") == [(0,)], table
     # What the entry pointed at stays: removing that is prune's and doctor's business.
-    assert _counts(cache, KEYS, CANDIDATE_SETS, MODELS, RUNS) == {
+    assert _counts(cache, schema.KEYS, schema.CANDIDATE_SETS, schema.MODELS, schema.RUNS) == {
         "keys": 1,
         "candidate_sets": 1,
         "models": 1,
@@ -328,8 +324,8 @@ def test_delete_rowids_removes_the_rows_the_foreign_key_check_names(cache: Cache
     sql(cache.path, "DELETE FROM entries")  # the stdlib connection has foreign keys off
     with cache.transaction() as tx:
         dangling = queries.foreign_key_violations(tx.conn)
-    assert [table for table, _ in dangling] == [VALIDATIONS.name]
+    assert [table for table, _ in dangling] == [schema.VALIDATIONS.name]
     _write(cache, lambda conn: rows.delete_rowids(conn, dangling))
     with cache.transaction() as tx:
         assert queries.foreign_key_violations(tx.conn) == []
-        assert queries.count(tx.conn, VALIDATIONS) == 0
+        assert queries.count(tx.conn, schema.VALIDATIONS) == 0
