@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -54,3 +54,30 @@ def cache(device: Device, tmp_path: Path) -> Iterator[Cache]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def cache_at(device: Device, tmp_path: Path) -> Iterator[Callable[..., Cache]]:
+    """Open more caches: `cache_at(name, **open_args)` opens the file `name` in the test's
+    folder (or at `name`, if absolute) for `device` unless `open_args` names another; every
+    one is closed when the test ends."""
+    from tunecache.cache import Cache
+
+    opened: list[Cache] = []
+
+    def open_at(name: str | Path, **open_args: Any) -> Cache:
+        open_args.setdefault("device", device)
+        opened.append(Cache.open(path=tmp_path / name, **open_args))
+        return opened[-1]
+
+    try:
+        yield open_at
+    finally:
+        for each in opened:
+            each.close()
+
+
+@pytest.fixture
+def twin(cache: Cache, device: Device, cache_at: Callable[..., Cache]) -> Cache:
+    """The file of `cache`, opened for a device that differs from it only in its thread count."""
+    return cache_at(cache.path, device=device.with_threads(8))

@@ -8,7 +8,6 @@ import pickle
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -255,19 +254,10 @@ def tampered(path: tuple[Any, ...], value: Any = None, *, delete: bool = False) 
     return dumps(obj)
 
 
-def hostile_cases() -> dict[str, object]:
-    """Inputs decode must refuse with CodecError, quickly and in bounded memory."""
+def unbounded_cases() -> dict[str, object]:
+    """Inputs decode must refuse before cbor2 builds anything: not bytes, or CBOR headers that
+    would make it allocate, recurse or loop."""
     valid = encode(sample_record())
-    many = 2_000_000  # 16 MB of samples, a bad one last, still under MAX_SIZE
-    big_samples = f64(*([1e-3] * (many - 1)), math.nan)
-    big = dumps(
-        {
-            "v": 1,
-            "c": [{"n": "a", "s": big_samples, "l": 1, "e": None, "p": False}],
-            "settings": {},
-            "env": {},
-        }
-    )
     return {
         # layer 1: before cbor2 sees anything
         "str input": valid.decode("latin-1"),
@@ -301,6 +291,22 @@ def hostile_cases() -> dict[str, object]:
         "truncated argument": b"\x1b\x00\x00",
         "trailing byte": valid + b"\x00",
         "two records": valid + valid,
+    }
+
+
+def malformed_cases() -> dict[str, object]:
+    """Inputs whose headers are bounded, so cbor2 reads them, and that are still no v1 record."""
+    many = 2_000_000  # 16 MB of samples, a bad one last, still under MAX_SIZE
+    big_samples = f64(*([1e-3] * (many - 1)), math.nan)
+    big = dumps(
+        {
+            "v": 1,
+            "c": [{"n": "a", "s": big_samples, "l": 1, "e": None, "p": False}],
+            "settings": {},
+            "env": {},
+        }
+    )
+    return {
         # layer 3: well-formed headers that cbor2 itself refuses
         "duplicate top key": b"\xa2\x61v\x01\x61v\x01",
         "duplicate candidate key": (
@@ -365,16 +371,31 @@ def hostile_cases() -> dict[str, object]:
     }
 
 
+def hostile_cases() -> dict[str, object]:
+    """Inputs decode must refuse with CodecError, in bounded work and memory."""
+    return {**unbounded_cases(), **malformed_cases()}
+
+
+UNBOUNDED = frozenset(unbounded_cases())
 HOSTILE = hostile_cases()
 
 
-@pytest.mark.parametrize("data", HOSTILE.values(), ids=HOSTILE.keys())
-def test_decode_rejects_hostile(data: Any) -> None:
-    start = time.perf_counter()
+@pytest.mark.parametrize("name", HOSTILE)
+def test_decode_rejects_hostile(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[bytes] = []
+    loads = cbor2.loads
+
+    def counted(data: bytes, **options: Any) -> object:
+        built.append(data)
+        return loads(data, **options)
+
+    monkeypatch.setattr(cbor2, "loads", counted)
     with pytest.raises(CodecError) as info:
-        decode(data)
-    # A bound on hangs, not a benchmark: each case takes milliseconds.
-    assert time.perf_counter() - start < 1.0
+        decode(HOSTILE[name])  # type: ignore[arg-type]
+    # What bounds the work is that cbor2 never sees an unbounded header: the pre-scan, linear
+    # in the bytes, refuses it first. (Counted, not timed: a loaded machine is no failure.)
+    if name in UNBOUNDED:
+        assert built == []
     message = str(info.value)
     assert message.startswith("timing record: ") and "\n" not in message and len(message) < 300
 
@@ -423,29 +444,28 @@ def test_limits_are_parameters() -> None:
             decode(data, **limits)
 
 
-def test_large_valid_record_is_fast() -> None:
+def test_a_large_valid_record_costs_a_few_items_whatever_its_samples() -> None:
+    # A million samples are one byte string: the pre-scan walks 20 items, not a million, and
+    # cbor2 builds one bytes object. Counted, not timed.
     record = TimingRecord((CandidateTiming("a", tuple(float(i) for i in range(1_000_000))),))
     data = encode(record)
-    start = time.perf_counter()
-    assert decode(data) == record
-    assert time.perf_counter() - start < 1.0
+    assert decode(data, max_items=20, max_depth=3) == record
+    with pytest.raises(CodecError, match="more than 19 items"):
+        decode(data, max_items=19)
 
 
 CHILD = """
-import pickle, resource, sys, time
+import pickle, resource, sys
 limit = 512 << 20
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 from tunecache.codec import decode
 from tunecache.errors import CodecError
 failures = []
 for name, data in pickle.loads(sys.stdin.buffer.read()):
-    start = time.perf_counter()
     try:
         decode(data)
     except CodecError:
-        elapsed = time.perf_counter() - start
-        if elapsed >= 1.0:
-            failures.append(f"{name}: took {elapsed:.2f} s")
+        pass
     except BaseException as e:
         failures.append(f"{name}: {type(e).__name__}: {e}"[:300])
     else:

@@ -15,6 +15,7 @@ import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 
+from tests.store_helpers import all_rows
 from tunecache.cache import Cache
 from tunecache.codec import decode
 from tunecache.device import Device
@@ -22,7 +23,7 @@ from tunecache.errors import ReadOnlyStoreError, StoreError, TunecacheWarning
 from tunecache.store import migrate
 from tunecache.store.engine import make_engine
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 def _schema(path: Path) -> dict[str, object]:
@@ -51,14 +52,6 @@ def _schema(path: Path) -> dict[str, object]:
             row[1] for row in conn.execute("PRAGMA table_info('decisions')")
         ]
         return out
-
-
-def _all_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    with sqlite3.connect(path) as conn:
-        tables = [
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        ]
-        return {t: sorted(conn.execute(f"SELECT * FROM '{t}'"), key=repr) for t in tables}
 
 
 def _digest(path: Path) -> tuple[str, str]:
@@ -136,12 +129,12 @@ def test_golden_database_of_the_first_revision_upgrades_with_its_content(
 ) -> None:
     db = tmp_path / "old.db"
     shutil.copy(GOLDEN / "rev0001.db", db)
-    before = _all_rows(db)
+    before = all_rows(db)
     assert before["timing_records"] and before["candidate_timings"] and before["validations"]
     with Cache.open(device=device, path=db) as cache:
         assert cache.outcome is migrate.Outcome.UPGRADED
         assert cache.revision() == migrate.HEAD
-    after = _all_rows(db)
+    after = all_rows(db)
     assert after.pop("alembic_version") == [(migrate.HEAD,)]
     before.pop("alembic_version")
     assert after == before  # every row of every table, byte for byte
@@ -349,7 +342,7 @@ def test_a_future_table_rebuild_keeps_every_child_row(device: Device, tmp_path: 
     db = tmp_path / "old.db"
     shutil.copy(GOLDEN / "rev0001.db", db)
     Cache.open(device=device, path=db).close()
-    before = _all_rows(db)
+    before = all_rows(db)
     schema_before = _schema(db)
     engine = make_engine(db)
     try:
@@ -364,7 +357,7 @@ def test_a_future_table_rebuild_keeps_every_child_row(device: Device, tmp_path: 
                     pass
     finally:
         engine.dispose()
-    assert _all_rows(db) == before
+    assert all_rows(db) == before
     assert _schema(db) == schema_before
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
@@ -382,7 +375,7 @@ def test_a_failed_foreign_key_check_rolls_the_schema_change_back(
     db = tmp_path / "c.db"
     with Cache.open(device=device, path=db) as cache:
         cache.put("conv_F32_h8", choice="a", candidates=["a", "b"])
-    before = _all_rows(db)
+    before = all_rows(db)
     engine = make_engine(db)
     try:
         with (
@@ -392,4 +385,4 @@ def test_a_failed_foreign_key_check_rolls_the_schema_change_back(
             conn.exec_driver_sql("DELETE FROM keys")  # entries now point nowhere
     finally:
         engine.dispose()
-    assert _all_rows(db) == before
+    assert all_rows(db) == before

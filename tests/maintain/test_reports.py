@@ -1,0 +1,47 @@
+"""What every maintenance report shares (tunecache.maintain.reports): its JSON form, and times
+that must carry a zone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+
+from tunecache.errors import BadArgumentError
+from tunecache.maintain.reports import Report, aware, jsonable
+
+
+@dataclass(frozen=True, slots=True)
+class _Inner:
+    when: datetime
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Shown(Report):
+    names: tuple[str, ...]
+    inner: _Inner
+    by: dict[int, list[str]]
+    nothing: None = None
+
+
+def test_a_report_is_json_data_field_by_field() -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    shown = _Shown(("a", "b"), _Inner(when, b"\x00\xff"), {1: ["x"]})
+    assert shown.as_dict() == {
+        "names": ["a", "b"],
+        "inner": {"when": "2026-01-02T03:04:05+00:00", "raw": "00ff"},
+        "by": {"1": ["x"]},
+        "nothing": None,
+    }
+    assert jsonable([when, (1, 2.5, "s")]) == ["2026-01-02T03:04:05+00:00", [1, 2.5, "s"]]
+    assert jsonable(_Inner) is _Inner  # a class is a value, not a report
+
+
+def test_a_time_without_a_zone_is_refused() -> None:
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    assert aware(when, "older_than") is when
+    assert aware(None, "older_than") is None
+    with pytest.raises(BadArgumentError, match=r"^newer_than must be a timezone-aware datetime$"):
+        aware(datetime(2026, 1, 2), "newer_than")

@@ -1,0 +1,349 @@
+"""Every question of tunecache.store.queries, asked directly on a real cache file."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.store_helpers import NAMES, RESNET, backdate, judge, sql, timing
+from tunecache import codec
+from tunecache.cache import Cache, Entry
+from tunecache.device import Device
+from tunecache.keys import parse
+from tunecache.store import queries, rows
+from tunecache.store.models import CANDIDATE_SETS, DEVICES, KEYS, MODELS
+
+OLD = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+class Stock:
+    """A cache whose entries tell every filter of `queries.entries` apart."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.record = timing(3e-5, 2e-5)
+        #: accepted, recorded; validated by resnet, masked by bert
+        self.conv = cache.put(
+            "conv_F32_m1", choice="direct", candidates=NAMES, record=self.record, status="accepted"
+        )
+        #: the same key against a shorter list
+        self.short = cache.put("conv_F32_m1", choice="im2col", candidates=NAMES[:2])
+        #: signature "conv" itself; masked by bert; old
+        self.plain = cache.put("conv_m2", choice="direct", candidates=NAMES)
+        #: "convx" starts with "conv" but is another op
+        self.convx = cache.put("convx_F32_m3", choice="direct", candidates=NAMES)
+        #: an op named "%", which LIKE would read as "anything"
+        self.percent = cache.put("%_F32_m4", choice="direct", candidates=NAMES)
+        self.matmul = cache.put("matmul_F32_m8_n8", choice="im2col", candidates=NAMES)
+        judge(cache, self.plain, ("bert", "masked", None, 2, 0))
+        judge(cache, self.conv, RESNET, ("bert", "masked", None, 3, 0))
+        backdate(cache, self.plain, OLD)
+        with cache.transaction() as tx:
+            device = tx.device_id()
+        assert device is not None
+        #: the device row of the cache
+        self.device = device
+
+    @property
+    def all(self) -> list[Entry]:
+        """Every entry, in the order they were written."""
+        return [self.conv, self.short, self.plain, self.convx, self.percent, self.matmul]
+
+    def ask(self, question: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One question of `queries`, in a read transaction, about the cache's device."""
+        with self.cache.transaction() as tx:
+            return question(tx.conn, self.device, *args, **kwargs)
+
+    def ids(self, **where: Any) -> list[int]:
+        """The ids `queries.entries` returns with these filters, in its order."""
+        return [row.id for row in self.ask(queries.entries, **where)]
+
+
+@pytest.fixture
+def stock(cache: Cache) -> Stock:
+    """The `cache` fixture, stocked (see `Stock`)."""
+    return Stock(cache)
+
+
+def _ids(*entries: Entry) -> list[int]:
+    return [e.id for e in entries]
+
+
+# --- entries -----------------------------------------------------------------------------------
+
+
+def test_an_op_is_a_first_token_and_its_underscore_is_not_a_wildcard(stock: Stock) -> None:
+    s = stock
+    assert sorted(s.ids(op="conv")) == _ids(s.conv, s.short, s.plain)
+    assert s.ids(op="convx") == _ids(s.convx)
+    assert s.ids(op="%") == _ids(s.percent)
+    assert s.ids(op="con") == []
+    assert s.ids(op="matmul_F32") == _ids(s.matmul)
+
+
+def test_entries_by_id_key_checksum_and_signature(stock: Stock) -> None:
+    s = stock
+    assert s.ids(entry_id=s.plain.id) == _ids(s.plain)
+    assert sorted(s.ids(key="conv_F32_m1")) == _ids(s.conv, s.short)
+    assert s.ids(key="conv_F32_m1", checksum=s.short.checksum) == _ids(s.short)
+    assert sorted(s.ids(signature="conv_F32")) == _ids(s.conv, s.short)
+    assert s.ids(signature="conv") == _ids(s.plain)
+    assert s.ids(entry_id=s.plain.id, key="conv_F32_m1") == []
+
+
+def test_entries_a_model_judged_either_way(stock: Stock) -> None:
+    s = stock
+    assert s.ids(model="resnet") == _ids(s.conv)
+    assert sorted(s.ids(model="bert")) == _ids(s.conv, s.plain)
+    assert s.ids(model="gpt") == []
+    assert s.ids(model="bert", status="accepted") == _ids(s.conv)
+
+
+def test_entries_by_status_and_by_age_of_the_last_update(stock: Stock) -> None:
+    s = stock
+    assert s.ids(status="accepted") == _ids(s.conv)
+    assert s.ids(status="rejected") == []
+    assert s.ids(older_than=OLD + timedelta(days=1)) == _ids(s.plain)
+    assert s.ids(older_than=OLD) == []  # strictly older
+    assert len(s.ids(newer_than=OLD)) == len(s.all)  # from that moment on
+    assert s.plain.id not in s.ids(newer_than=OLD + timedelta(days=1))
+
+
+def test_entries_in_order_and_cut_at_a_limit(stock: Stock) -> None:
+    s = stock
+    # Last updated first: the old one last, the others newest first.
+    recent = [e for e in reversed(s.all) if e is not s.plain] + [s.plain]
+    assert s.ids() == _ids(*recent)
+    assert s.ids(limit=2) == _ids(*recent[:2])
+    by_key = sorted(s.all, key=lambda e: (e.key.text, e.checksum))
+    assert s.ids(order="key") == _ids(*by_key)
+    assert by_key[0] is s.percent and {by_key[1].id, by_key[2].id} == {s.conv.id, s.short.id}
+    assert s.ids(order="key", limit=1) == _ids(s.percent)
+
+
+def test_entries_carry_their_records_only_when_asked(stock: Stock) -> None:
+    s = stock
+    plain = {row.id: row for row in s.ask(queries.entries)}
+    assert {(row.data, row.samples) for row in plain.values()} == {(None, 0)}
+    found = {row.id: row for row in s.ask(queries.entries, records=True)}
+    assert found[s.conv.id].data == codec.encode(s.record)
+    assert found[s.conv.id].samples == 6
+    assert {(found[e.id].data, found[e.id].samples) for e in s.all[1:]} == {(None, 0)}
+    # Everything else is the same row.
+    assert found[s.conv.id]._replace(data=None, samples=0) == plain[s.conv.id]
+    row = plain[s.conv.id]
+    assert (row.key, row.signature, row.dims, row.checksum) == (
+        "conv_F32_m1",
+        "conv_F32",
+        "m=1",
+        s.conv.checksum,
+    )
+    assert (row.choice, row.heuristic, row.status, row.speedup, row.run_id) == (
+        "direct",
+        None,
+        "accepted",
+        None,
+        None,
+    )
+
+
+def test_entries_of_one_device_only(stock: Stock, twin: Cache) -> None:
+    twin.put("conv_F32_m1", choice="winograd", candidates=NAMES)
+    assert sorted(stock.ids()) == _ids(*stock.all)
+    with stock.cache.transaction() as tx:
+        assert queries.count_entries(tx.conn, stock.device) == len(stock.all)
+        assert queries.count(tx.conn, KEYS) == 5  # of every device
+        assert len(queries.entry_links(tx.conn)) == len(stock.all) + 1
+        # The devices that own entries, as stored.
+        assert sorted(queries.devices_with_entries(tx.conn)) == sorted(
+            tuple(d.as_dict().values()) for d in (stock.cache.device, twin.device)
+        )
+
+
+def test_an_entry_is_found_by_its_rows_and_owned_by_its_device(stock: Stock, twin: Cache) -> None:
+    s = stock
+    theirs = twin.put("conv_F32_m1", choice="winograd", candidates=NAMES)
+    with s.cache.transaction() as tx:
+        mine = s.device
+        links = {x.id: x for x in queries.entry_links(tx.conn)}
+        link, short = links[s.conv.id], links[s.short.id]
+        # One key row, two candidate sets.
+        assert link.key_id == short.key_id and link.set_id != short.set_id
+        assert (link.choice, link.heuristic) == ("direct", None)
+        assert queries.entry_at(tx.conn, mine, link.key_id, link.set_id) == (s.conv.id, "direct")
+        assert queries.entry_at(tx.conn, mine, link.key_id, short.set_id) == (s.short.id, "im2col")
+        assert queries.entry_at(tx.conn, mine, link.key_id, -1) is None
+        assert queries.entry_owned(tx.conn, s.conv.id, mine)
+        assert not queries.entry_owned(tx.conn, theirs.id, mine)
+        assert not queries.entry_owned(tx.conn, s.conv.id, None)
+        assert queries.device_id(tx.conn, s.cache.device.fingerprint) == mine
+        assert queries.device_id(tx.conn, "no-such-device") is None
+
+
+# --- candidate sets and records ----------------------------------------------------------------
+
+
+def test_set_names_keep_their_order_and_any_number_of_ids(stock: Stock) -> None:
+    with stock.cache.transaction() as tx:
+        found = {row.id: row.set_id for row in queries.entries(tx.conn, stock.device)}
+        # More ids than one statement binds: they go in chunks, and unknown ids name nothing.
+        names = queries.set_names(tx.conn, range(1, 2 * queries.CHUNK + 2))
+        assert len(names) == 2 * queries.CHUNK + 1
+        assert {set_id for set_id, got in names.items() if got} == set(found.values())
+        assert names[found[stock.conv.id]] == NAMES
+        assert names[found[stock.short.id]] == NAMES[:2]
+        assert queries.set_names(tx.conn, []) == {}
+        assert sorted(queries.set_checksums(tx.conn)) == sorted(
+            {(found[e.id], e.checksum, e.candidates) for e in stock.all}
+        )
+
+
+def test_chunks_bind_at_most_chunk_ids() -> None:
+    ids = list(range(2 * queries.CHUNK + 1))
+    parts = list(queries.chunks(ids))
+    assert [len(p) for p in parts] == [queries.CHUNK, queries.CHUNK, 1]
+    assert [i for p in parts for i in p] == ids
+    assert list(queries.chunks([])) == []
+
+
+def test_a_record_is_read_only_for_its_own_device(stock: Stock, twin: Cache) -> None:
+    with stock.cache.transaction() as tx:
+        mine = stock.device
+        assert queries.record_data(tx.conn, stock.conv.id, mine) == codec.encode(stock.record)
+        assert queries.record_data(tx.conn, stock.short.id, mine) is None
+        assert queries.record_data(tx.conn, stock.conv.id, None) is None
+        streamed = list(queries.records(tx.conn))
+    assert [bytes(data) for _, data in streamed] == [codec.encode(stock.record)]
+
+
+# --- verdicts and models -----------------------------------------------------------------------
+
+
+def _verdicts(stock: Stock, **where: Any) -> list[tuple[int, str]]:
+    return [(v.entry_id, v.model) for v in stock.ask(queries.verdicts, **where)]
+
+
+def test_verdicts_in_entry_order_and_in_the_order_they_were_given(stock: Stock) -> None:
+    s = stock
+    conv, plain = s.conv.id, s.plain.id
+    assert _verdicts(s) == [(conv, "bert"), (conv, "resnet"), (plain, "bert")]
+    assert _verdicts(s, order="updated") == [(plain, "bert"), (conv, "resnet"), (conv, "bert")]
+    # A verdict given again moves to the end of the "updated" order, and keeps its creation.
+    [first] = s.ask(queries.verdicts, entry_id=plain)
+    judge(s.cache, s.plain, ("bert", "validated", 1.1, 3, 3))
+    assert _verdicts(s, order="updated") == [(conv, "resnet"), (conv, "bert"), (plain, "bert")]
+    [latest] = s.ask(queries.verdicts, entry_id=plain)
+    assert (latest.model_id, latest.fingerprint, latest.verdict) == (
+        first.model_id,
+        "b1",
+        "validated",
+    )
+    assert (latest.gain, latest.rounds, latest.confirmations) == (1.1, 3, 3)
+    assert latest.created_at == first.created_at <= first.updated_at <= latest.updated_at
+
+
+def test_verdicts_filtered_by_entry_model_fingerprint_and_device(stock: Stock, twin: Cache) -> None:
+    s = stock
+    judge(twin, twin.put("conv_F32_m1", choice="winograd", candidates=NAMES), RESNET)
+    assert _verdicts(s, entry_id=s.conv.id) == [(s.conv.id, "bert"), (s.conv.id, "resnet")]
+    assert _verdicts(s, model="resnet") == [(s.conv.id, "resnet")]
+    assert _verdicts(s, model="bert", fingerprint="b1") == [
+        (s.conv.id, "bert"),
+        (s.plain.id, "bert"),
+    ]
+    assert _verdicts(s, model="bert", fingerprint="b2") == []
+    with s.cache.transaction() as tx:
+        assert queries.verdicts(tx.conn, None) == []
+        # Models are of the whole file, every device's.
+        assert [(m.name, m.fingerprint) for m in queries.models(tx.conn)] == [
+            ("bert", "b1"),
+            ("resnet", "r1"),
+        ]
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+def test_runs_by_id_by_notes_and_still_running(cache: Cache) -> None:
+    with cache.run("tune", notes="first") as first:
+        entry = cache.put("conv_F32_m1", choice="direct", candidates=NAMES, run_id=first)
+        with cache.transaction() as tx:
+            device = tx.device_id()
+            assert device is not None
+            assert queries.running_runs(tx.conn, socket.gethostname()) == [(first, os.getpid())]
+            assert queries.running_runs(tx.conn, "another-host") == []
+            assert queries.open_run_entries(tx.conn, device) == {entry.id}
+    with cache.run("validate", notes="first") as second:
+        # An entry judged by a run still open counts too.
+        cache.validate(entry, model="m", fingerprint="f", verdict="masked", run_id=second)
+        with cache.transaction() as tx:
+            assert queries.open_run_entries(tx.conn, device) == {entry.id}
+    with cache.transaction() as tx:
+        assert queries.open_run_entries(tx.conn, device) == set()
+        assert queries.running_runs(tx.conn, socket.gethostname()) == []
+        assert queries.runs_noted(tx.conn, device, "first", "finished") == [first, second]
+        assert queries.runs_noted(tx.conn, device, "first", "failed") == []
+        assert queries.runs_noted(tx.conn, None, "first", "finished") == []
+        assert queries.run_exists(tx.conn, first) and not queries.run_exists(tx.conn, 99)
+        run = queries.run(tx.conn, second)
+        assert queries.run(tx.conn, 99) is None
+    assert run is not None
+    assert (run.id, run.kind, run.status, run.notes) == (second, "validate", "finished", "first")
+    assert (run.hostname, run.pid) == (socket.gethostname(), os.getpid())
+    assert run.finished_at is not None and run.started_at <= run.finished_at
+
+
+# --- the whole file ----------------------------------------------------------------------------
+
+
+def test_orphans_of_each_kind(cache: Cache, twin: Cache, device: Device) -> None:
+    judge(cache, cache.put("conv_F32_m1", choice="direct", candidates=NAMES), RESNET)
+    with twin.run("tune"):
+        pass  # a device with a run and no entry is no orphan
+    lonely = device.with_threads(2)
+    with cache.transaction(write=True) as tx:
+        made = {
+            "orphaned-keys": rows.key_row(tx.conn, parse("pool_F32_m1")),
+            "orphaned-candidate-sets": rows.candidate_set_row(tx.conn, "pool_F32", ["a"], "c"),
+            "orphaned-models": rows.model_row(tx.conn, "gpt", "g1"),
+            "orphaned-devices": rows.device_row(tx.conn, lonely),
+        }
+    assert set(queries.ORPHANS) == set(made)
+    tables = {"orphaned-keys": KEYS, "orphaned-candidate-sets": CANDIDATE_SETS}
+    tables |= {"orphaned-models": MODELS, "orphaned-devices": DEVICES}
+    with cache.transaction() as tx:
+        for kind, orphan in made.items():
+            assert queries.ORPHANS[kind][0] is tables[kind]
+            assert queries.orphans(tx.conn, kind, device.fingerprint) == [orphan], kind
+        # The device the cache is opened for is never an orphan.
+        assert queries.orphans(tx.conn, "orphaned-devices", lonely.fingerprint) == []
+
+
+def test_integrity_and_dangling_rows(cache: Cache) -> None:
+    cache.put("conv_F32_m1", choice="direct", candidates=NAMES)
+    with cache.transaction() as tx:
+        assert queries.integrity(tx.conn) == ("ok",)
+        assert queries.foreign_key_violations(tx.conn) == []
+    dangling = _dangling_verdict(cache)
+    with cache.transaction() as tx:
+        assert queries.foreign_key_violations(tx.conn) == [("validations", dangling)]
+
+
+def _dangling_verdict(cache: Cache) -> int:
+    """A verdict on an entry that does not exist, written by a connection without foreign keys
+    (the stdlib's default); returns its rowid."""
+    with cache.transaction(write=True) as tx:
+        model = rows.model_row(tx.conn, "m", "f")
+    sql(
+        cache.path,
+        "INSERT INTO validations (model_id, entry_id, verdict, rounds, confirmations, created_at,"
+        " updated_at) VALUES (?, 9999, 'masked', 0, 0, '2020-01-01', '2020-01-01')",
+        model,
+    )
+    [(rowid,)] = sql(cache.path, "SELECT rowid FROM validations WHERE entry_id = 9999")
+    return int(rowid)
