@@ -60,8 +60,11 @@ class Stock:
             return question(tx.conn, self.device, *args, **kwargs)
 
     def ids(self, **where: Any) -> list[int]:
-        """The ids `queries.entries` returns with these filters, in its order."""
-        return [row.id for row in self.ask(queries.entries, **where)]
+        """The ids `queries.entries` returns with these filters (EntryFilter's fields, or its
+        order and limit), in its order."""
+        options = {name: where.pop(name) for name in ("order", "limit") if name in where}
+        found = self.ask(queries.entries, queries.EntryFilter(**where), **options)
+        return [row.id for row in found]
 
 
 @pytest.fixture
@@ -293,9 +296,14 @@ def test_runs_by_id_by_notes_and_still_running(cache: Cache) -> None:
         run = queries.run(tx.conn, second)
         assert queries.run(tx.conn, 99) is None
     assert run is not None
-    assert (run.id, run.kind, run.status, run.notes) == (second, "validate", "finished", "first")
-    assert (run.hostname, run.pid) == (socket.gethostname(), os.getpid())
-    assert run.finished_at is not None and run.started_at <= run.finished_at
+    assert (run["id"], run["kind"], run["status"], run["notes"]) == (
+        second,
+        "validate",
+        "finished",
+        "first",
+    )
+    assert (run["hostname"], run["pid"]) == (socket.gethostname(), os.getpid())
+    assert run["finished_at"] is not None and run["started_at"] <= run["finished_at"]
 
 
 # --- the whole file ----------------------------------------------------------------------------
