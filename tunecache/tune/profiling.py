@@ -8,6 +8,7 @@ that small, so no entry for it could be confirmed (the final guard still covers 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,20 @@ from tunecache.tune.runs import run_with
 if TYPE_CHECKING:
     from tunecache.tune.session import Session
 
-__all__ = ["Heavy", "Screening", "profile"]
+__all__ = ["Heavy", "Profiler", "Screening", "profile", "wall_profile"]
+
+#: how one run is profiled: (the run) -> its profile, and the run's time on the profile's clock
+Profiler = Callable[[Callable[[], None]], tuple[dispatch.Profile, float]]
+
+
+def wall_profile(run: Callable[[], None]) -> tuple[dispatch.Profile, float]:
+    """One run under `dispatch.profile(capture=True)`: its profile, and its wall time (the
+    clock the profile's own per-key times are on, so a share is a ratio of the two)."""
+    with dispatch.profile(capture=True) as profiled:
+        start = time.perf_counter()
+        run()
+        total = time.perf_counter() - start
+    return profiled, total
 
 
 @dataclass
@@ -79,11 +93,7 @@ def _profile_case(session: Session, case: dict[str, int], seen: set[str]) -> lis
     the run used."""
     run = run_with(session.model, session.table, [case])
     run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
-    with dispatch.profile(capture=True) as profiled:
-        # The wall clock, as the profile's own per-key times are: a share is a ratio of the two.
-        start = time.perf_counter()
-        run()
-        total = time.perf_counter() - start
+    profiled, total = session.how.profiler(run)
     calls = profiled.captured()
     found = []
     for row in profiled.rows():

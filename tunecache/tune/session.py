@@ -21,6 +21,7 @@ from tunecache._digest import sha256
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
+from tunecache.tune.profiling import Profiler, wall_profile
 from tunecache.tune.reports import KeyOutcome, Progress, TuneReport
 from tunecache.tune.runs import RunFailed, trial
 
@@ -46,11 +47,12 @@ class GuardOutcome:
 @dataclass(frozen=True)
 class Running:
     """How a session runs: who hears of its progress, how far its tables borrow a neighbour's
-    decision, and the clock its budget is read on."""
+    decision, the clock its budget is read on, and how it profiles a run."""
 
     progress: Progress | None = None
     max_distance: float = DEFAULT_MAX_DISTANCE
     clock: Callable[[], float] = time.perf_counter
+    profiler: Profiler = wall_profile
 
 
 class Session:
