@@ -154,3 +154,23 @@ def tune_scripted(model: Model, cache: Cache, profiler: Profiler, **options: Any
     """`tune.tune(model, cache=cache, **options)`, profiling through `profiler`."""
     how = Running(profiler=profiler)
     return run_session(model, cache, {}, session_options(**options), how, tune_keys=True)
+
+
+def matrix_op(
+    signature: str,
+    dims: tuple[str, ...],
+    candidates: dict[str, Callable[..., Any]],
+    heuristic: str,
+    **more: Any,
+) -> tunecache.Tunable[..., Any]:
+    """A test op over a matrix, keyed by its first sizes (`dims`: ("m",) or ("m", "n")), and
+    registered nowhere."""
+    return tunecache.Tunable(
+        signature,
+        dims=dims,
+        shape=lambda x: tuple(x.shape[: len(dims)]),
+        candidates=candidates,
+        heuristic=heuristic,
+        register=False,
+        **more,
+    )

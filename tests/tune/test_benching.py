@@ -19,6 +19,7 @@ from tests.tune.support import (
     TOTAL_NAMES,
     Clock,
     borrowing_op,
+    matrix_op,
     read_only,
     verdict,
 )
@@ -103,14 +104,12 @@ def test_a_second_session_reuses_decisions_and_evidence(cache: Cache) -> None:
 def test_a_declared_bound_stops_the_bench_and_sync_brackets_every_timing(cache: Cache) -> None:
     # A bound no candidate can miss (1 s a call): the bench stops as soon as one candidate has
     # two samples. The model's sync hook is called around every timed run and sample.
-    op = tunecache.Tunable(
+    op = matrix_op(
         "ttbound_F64",
-        dims=("m", "n"),
-        shape=lambda x: x.shape,
-        candidates={"loop": tm.loop.functions["loop"], "vectorized": tm.vectorized},
-        heuristic="loop",
+        ("m", "n"),
+        {"loop": tm.loop.functions["loop"], "vectorized": tm.vectorized},
+        "loop",
         bound=lambda m, n: 1.0,
-        register=False,
     )
     syncs = []
     model = tune.Model("bounded", lambda: op(tm.X), sync=lambda: syncs.append(1))
@@ -146,13 +145,8 @@ def test_a_choice_that_breaks_the_model_is_rejected_not_fatal(cache: Cache) -> N
             raise RuntimeError("only works alone")
         return tm.vectorized(x)
 
-    op = tunecache.Tunable(
-        "ttfragile_F64",
-        dims=("m", "n"),
-        shape=lambda x: x.shape,
-        candidates={"loop": tm.loop.functions["loop"], "fragile": fragile},
-        heuristic="loop",
-        register=False,
+    op = matrix_op(
+        "ttfragile_F64", ("m", "n"), {"loop": tm.loop.functions["loop"], "fragile": fragile}, "loop"
     )
 
     def model() -> object:
@@ -183,13 +177,8 @@ def test_one_model_never_rewrites_another_models_decision(cache: Cache) -> None:
             time.sleep(0.02)
         return tm.vectorized(x)
 
-    op = tunecache.Tunable(
-        "ttshared_F64",
-        dims=("m",),
-        shape=lambda x: (x.shape[0],),
-        candidates={"base": tm.loop.functions["loop"], "fast": fast},
-        heuristic="base",
-        register=False,
+    op = matrix_op(
+        "ttshared_F64", ("m",), {"base": tm.loop.functions["loop"], "fast": fast}, "base"
     )
     key600 = op.key(x600)
     m1 = tune.Model("m1", lambda: op(x600))

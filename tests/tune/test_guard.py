@@ -9,9 +9,8 @@ import time
 import numpy as np
 import pytest
 
-import tunecache
 from tests import tune_models as tm
-from tests.tune.support import TOTAL, TOTAL_NAMES, verdict
+from tests.tune.support import TOTAL, TOTAL_NAMES, matrix_op, verdict
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.resolve import Table
@@ -61,14 +60,7 @@ def test_a_choice_that_breaks_another_scenario_is_masked_by_the_guard(cache: Cac
             raise ValueError("fast needs m % 8 == 0")
         return tm.vectorized(x)
 
-    op = tunecache.Tunable(
-        "ttmod8_F64",
-        dims=("m",),
-        shape=lambda x: (x.shape[0],),
-        candidates={"base": tm.loop.functions["loop"], "fast": fast},
-        heuristic="base",
-        register=False,
-    )
+    op = matrix_op("ttmod8_F64", ("m",), {"base": tm.loop.functions["loop"], "fast": fast}, "base")
     data = {600: tm.X, 620: np.vstack([tm.X, tm.X[:20]])}
 
     def run(s: int) -> None:

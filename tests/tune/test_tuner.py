@@ -12,7 +12,15 @@ import pytest
 
 import tunecache
 from tests import tune_models as tm
-from tests.tune.support import NORM, NORM_NAMES, Clock, outside_the_model, read_only, verdict
+from tests.tune.support import (
+    NORM,
+    NORM_NAMES,
+    Clock,
+    matrix_op,
+    outside_the_model,
+    read_only,
+    verdict,
+)
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.keys import make_key
@@ -58,13 +66,11 @@ def test_an_entry_that_hurts_a_model_is_masked_for_it_only(cache: Cache) -> None
         key, choice="loop", candidates=NORM_NAMES, heuristic="vectorized", status="accepted"
     )
     cache.validate(entry, model="other", fingerprint="x", verdict="validated")
-    slow = tunecache.Tunable(
+    slow = matrix_op(
         "ttrownorm_F64",
-        dims=("m", "n"),
-        shape=lambda x: x.shape,
-        candidates={"loop": tm.loop.functions["loop"], "vectorized": tm.vectorized},
-        heuristic="vectorized",
-        register=False,
+        ("m", "n"),
+        {"loop": tm.loop.functions["loop"], "vectorized": tm.vectorized},
+        "vectorized",
     )
     model = tune.Model("fastnorm", lambda: slow(tm.X))
 

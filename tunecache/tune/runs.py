@@ -54,19 +54,20 @@ def tagged(run: Callable[[], None], side: str) -> Callable[[], None]:
 def trial(
     model: Model,
     options: Options,
-    a: Table,
-    b: Table,
+    baseline: Table,
+    candidate: Table,
     cases: Sequence[dict[str, int]],
 ) -> tuple[accept.Verdict | None, RunFailed | None]:
-    """Table `b` against table `a` in paired whole-model runs, by the session's acceptance rule.
+    """`candidate` (side B) against `baseline` (side A) in paired whole-model runs, by the
+    session's acceptance rule.
 
     A verdict, or None and the failure when a run raises: a change that breaks the model
     (side B) is one it does not take, never fatal to the session.
     """
     try:
         verdict = accept.accept(
-            tagged(run_with(model, a, cases), "A"),
-            tagged(run_with(model, b, cases), "B"),
+            tagged(run_with(model, baseline, cases), "A"),
+            tagged(run_with(model, candidate, cases), "B"),
             confirmations=options.confirmations,
             pairs=options.pairs,
             alpha=options.alpha,

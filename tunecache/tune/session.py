@@ -115,10 +115,10 @@ class Session:
         self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
 
     def trial(
-        self, a: Table, b: Table, cases: Sequence[dict[str, int]]
+        self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
     ) -> tuple[accept.Verdict | None, RunFailed | None]:
-        """Table `b` against table `a` by this session's acceptance rule (`runs.trial`)."""
-        return trial(self.model, self.options, a, b, cases)
+        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`)."""
+        return trial(self.model, self.options, baseline, candidate, cases)
 
     def outcome(self, heavy: Heavy, action: str, **more: Any) -> None:
         """Record what happened to a heavy key, with what the model runs for it now."""
