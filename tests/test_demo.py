@@ -69,6 +69,9 @@ def test_demo_refuses_bad_options_before_writing(cache: Cache) -> None:
         demo.demo([], cache=cache)
     with pytest.raises(BadArgumentError, match="pairs"):
         demo.demo([tm.ENCODER], cache=cache, pairs=1)
+    # alpha None is the acceptance rule's default, 0.01: six pairs can never reach it.
+    with pytest.raises(BadArgumentError, match="measure at least 7"):
+        demo.demo([tm.ENCODER], cache=cache, pairs=6, alpha=None)
     with pytest.raises(BadArgumentError, match="no example model 'nope'"):
         demo.example_models(["nope"])
     assert cache.count() == 0

@@ -8,15 +8,20 @@ predictable without asserting any time:
 - `tt_total`: the heuristic is numpy's sum; `pysum` adds Python floats one by one (far slower),
   and `broken` raises, which the bench records and skips.
 - `tt_bias`: a tiny op far below 1% of a run's time, which the tuner screens out.
+
+`NORM`, `TOTAL` and `BIAS` are the keys the models run (the bias's data is `BIAS_DATA`).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
 
 import tunecache
+from tunecache.keys import make_key
 from tunecache.tune import Model
 
 Array = Any
@@ -33,7 +38,8 @@ def loop(x: Array) -> Array:
 
 
 @loop.candidate("vectorized")
-def _vectorized(x: Array) -> Array:
+def vectorized(x: Array) -> Array:
+    """The fast alternative: one numpy call for every row."""
     return np.sqrt(np.einsum("ij,ij->i", x, x))
 
 
@@ -67,13 +73,17 @@ def _inplace(v: Array, b: Array) -> Array:
 _rng = np.random.default_rng(7)
 X = _rng.standard_normal((600, 48))
 V = _rng.standard_normal(20_000)
-BIAS = _rng.standard_normal(3)
+BIAS_DATA = _rng.standard_normal(3)
+
+NORM = make_key("ttrownorm_F64", [("m", 600), ("n", 48)])
+TOTAL = make_key("tttotal_F64", [("n", 20_000)])
+BIAS = make_key("ttbias_F64", [("n", 3)])
 
 
 def encoder() -> Array:
     """Mostly row norms (the heavy key), a sum, and a tiny bias."""
     norms = loop(X)
-    return add(norms[:3], BIAS).sum() + numpy_sum(V)
+    return add(norms[:3], BIAS_DATA).sum() + numpy_sum(V)
 
 
 def scorer() -> Array:
@@ -83,7 +93,7 @@ def scorer() -> Array:
 
 def projector() -> Array:
     """A model that shares no key with the others' heavy ones."""
-    return numpy_sum(V[:5000]) + add(X[0, :3], BIAS).sum()
+    return numpy_sum(V[:5000]) + add(X[0, :3], BIAS_DATA).sum()
 
 
 def scaled(s: int) -> Array:
@@ -98,26 +108,21 @@ SCALED = Model("scaled", scaled, scenarios={"s": (150, 600)})
 MODELS = [ENCODER, SCORER]
 
 
-# A model for the Ctrl-C test: its row norms are accepted first, then benching the second key
-# meets a candidate that takes seconds per call, which is when the test interrupts.
-@tunecache.tunable("ttsleepy_F64", dims=("n",), shape=lambda x: (x.size,))
-def cumsum(x: Array) -> Array:
-    return np.cumsum(x)
-
-
-@cumsum.candidate("sleepy")
-def _sleepy(x: Array) -> Array:
-    import time
-
-    time.sleep(2.0)
-    return np.cumsum(x)
-
-
-SLOW_DATA = np.ones(100_000)
-
-
+# A model for the SIGINT test: its row norms are accepted first; in the test's child process
+# (TT_SIGINT_FD names the pipe to the parent), the first run after that entry is committed says
+# so on the pipe and waits for the signal, so the signal always lands inside the session, after
+# the accept, whatever the machine's speed.
 def interruptible() -> Array:
-    return loop(X).sum() + cumsum(SLOW_DATA)[-1]
+    """The row norms; then, in the SIGINT test's child, the wait for the signal."""
+    total = loop(X).sum()
+    ready = os.environ.get("TT_SIGINT_FD")
+    if ready and tunecache.current().resolve(NORM, loop.candidates, "loop").entry_id is not None:
+        os.write(int(ready), b"accepted\n")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.01)  # SIGINT raises KeyboardInterrupt here
+        raise RuntimeError("the SIGINT never came")
+    return total
 
 
 INTERRUPTIBLE = Model("interruptible", interruptible)

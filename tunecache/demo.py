@@ -18,19 +18,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tunecache import tune as _tune
+from tunecache import tune
 from tunecache.errors import BadArgumentError
+from tunecache.tune.reports import PlainRow, count_outcomes
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
 
 __all__ = ["DemoReport", "DemoRow", "demo", "example_models"]
 
-Progress = Callable[[str, int, int], None]
-
 
 @dataclass(frozen=True)
-class DemoRow:
+class DemoRow(PlainRow):
     """One model: its time with the heuristic and with the cache, and what it decided."""
 
     model: str
@@ -54,112 +53,112 @@ class DemoRow:
     accepted: int
     note: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
 
 @dataclass(frozen=True)
 class DemoReport:
     """Every model's row, the tuning reports behind them, and where the cache is."""
 
     rows: tuple[DemoRow, ...]
-    reports: tuple[_tune.TuneReport, ...]
+    reports: tuple[tune.TuneReport, ...]
     database: str
     seconds: float
 
     def counts(self) -> dict[str, int]:
-        counts = {"improved": 0, "neutral": 0, "regressed": 0}
-        for row in self.rows:
-            counts[row.outcome] += 1
-        return counts
+        """How many models had each outcome against their heuristic."""
+        return count_outcomes(row.outcome for row in self.rows)
 
     def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values: the rows, their counts, and the tuning reports."""
         return {
             "database": self.database,
-            "rows": [r.as_dict() for r in self.rows],
+            "rows": [row.as_dict() for row in self.rows],
             "counts": self.counts(),
-            "reports": [r.as_dict() for r in self.reports],
+            "reports": [report.as_dict() for report in self.reports],
             "seconds": self.seconds,
         }
 
 
-def example_models(names: Sequence[str] | None = None) -> list[_tune.Model]:
+def example_models(names: Sequence[str] | None = None) -> list[tune.Model]:
     """The example workload's models (`tunecache.examples.MODELS`), or those named."""
     from tunecache import examples
 
-    models: list[_tune.Model] = list(examples.MODELS)
+    models: list[tune.Model] = list(examples.MODELS)
     if not names:
         return models
-    by_name = {m.name: m for m in models}
-    unknown = [n for n in names if n not in by_name]
+    by_name = {model.name: model for model in models}
+    unknown = [name for name in names if name not in by_name]
     if unknown:
         raise BadArgumentError(
             f"no example model {', '.join(map(repr, unknown))}: "
             f"the examples are {', '.join(by_name)}"
         )
-    return [by_name[n] for n in dict.fromkeys(names)]
+    return [by_name[name] for name in dict.fromkeys(names)]
 
 
 def demo(
-    models: Sequence[_tune.Model | Callable[..., object]] | None = None,
+    models: Sequence[tune.Model | Callable[..., object]] | None = None,
     *,
     cache: Cache | None = None,
-    pairs: int = 20,
-    alpha: float = 0.01,
+    pairs: int = tune.MEASURE_PAIRS,
+    alpha: float | None = None,
     tune_options: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: tune.Progress | None = None,
     **open_options: Any,
 ) -> DemoReport:
     """Tune `models` (by default the example workload) on this device and measure each one.
 
     The cache is this device's own (`tunecache.open(**open_options)`) unless `cache` is given.
     Every model is measured with `pairs` interleaved back-to-back pairs of runs, heuristic
-    against cache, and classified at `alpha` (`tunecache.stats.classify`).
+    against cache, and classified at `alpha` (`tunecache.stats.classify`; the acceptance
+    rule's default when None).
     """
     from tunecache.cache import Cache
 
     started = time.perf_counter()
-    _tune.check_evaluate_options(pairs, alpha, tune_options)
-    chosen = example_models() if models is None else [_tune.as_model(m) for m in models]
+    tune.check_evaluate_options(pairs, alpha, tune_options)
+    chosen = example_models() if models is None else [tune.as_model(model) for model in models]
     if not chosen:
         raise BadArgumentError("the demo needs at least one model")
     store = cache if cache is not None else Cache.open(**open_options)
     try:
-        result = _tune.evaluate(
-            chosen,
-            [],
-            cache=store,
-            pairs=pairs,
-            alpha=alpha,
-            tune_options=tune_options,
+        result = tune.evaluate(
+            chosen, [], cache=store, pairs=pairs, alpha=alpha, tune_options=tune_options,
             progress=progress,
-        )
-        rows = []
-        for model, report, measured in zip(chosen, result.reports, result.rows, strict=True):
-            verdicts = store.verdicts(model.name, report.fingerprint)
-            rows.append(
-                DemoRow(
-                    model=model.name,
-                    scenarios=len(model.cases()),
-                    outcome=measured.outcome,
-                    heuristic_ms=measured.heuristic_ms,
-                    tuned_ms=measured.cached_ms,
-                    speedup=measured.speedup,
-                    low=measured.low,
-                    high=measured.high,
-                    p_value=min(measured.p_faster, measured.p_slower),
-                    pairs=measured.pairs,
-                    used=measured.entries,
-                    kept=sum(v == "validated" for v in verdicts.values()),
-                    masked=sum(v == "masked" for v in verdicts.values()),
-                    tune_seconds=report.seconds,
-                    accepted=report.count("accepted"),
-                    note=measured.note,
-                )
-            )
+        )  # fmt: skip
+        rows = [
+            _row(model, report, measured, store.verdicts(model.name, report.fingerprint))
+            for model, report, measured in zip(chosen, result.reports, result.rows, strict=True)
+        ]
         return DemoReport(
             tuple(rows), result.reports, str(store.path), time.perf_counter() - started
         )
     finally:
         if cache is None:
             store.close()
+
+
+def _row(
+    model: tune.Model,
+    report: tune.TuneReport,
+    measured: tune.EvaluationRow,
+    verdicts: Mapping[int, str],
+) -> DemoRow:
+    """One model's demo row, from its tuning report, its measurement and its verdicts."""
+    return DemoRow(
+        model=model.name,
+        scenarios=len(model.cases()),
+        outcome=measured.outcome,
+        heuristic_ms=measured.heuristic_ms,
+        tuned_ms=measured.cached_ms,
+        speedup=measured.speedup,
+        low=measured.low,
+        high=measured.high,
+        p_value=min(measured.p_faster, measured.p_slower),
+        pairs=measured.pairs,
+        used=measured.entries,
+        kept=sum(verdict == "validated" for verdict in verdicts.values()),
+        masked=sum(verdict == "masked" for verdict in verdicts.values()),
+        tune_seconds=report.seconds,
+        accepted=report.count("accepted"),
+        note=measured.note,
+    )

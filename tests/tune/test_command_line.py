@@ -1,0 +1,153 @@
+"""The tuner through the command line: `tunecache tune` and `tunecache evaluate` print and write
+what the library calls do, refuse bad model specs in one line, and a SIGINT keeps what was
+accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import tune_models as tm
+from tests.tune.support import NORM
+from tunecache import cli
+from tunecache.device import Device
+
+MODELS_FILE = str(Path(tm.__file__))
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exit_:  # argparse's usage errors
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_tune_prints_and_writes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, device: Device
+) -> None:
+    db = str(tmp_path / "cli.db")
+    code, out, err = _cli(capsys, "tune", f"{MODELS_FILE}:ENCODER", "--db", db, "--json")
+    assert code == 0, err
+    (report,) = json.loads(out)
+    assert report["model"] == "encoder"
+    actions = {k["key"]: k["action"] for k in report["keys"]}
+    assert actions[NORM.text] == "accepted"
+    code, out, err = _cli(capsys, "tune", "tests.tune_models:MODELS", "--db", db)
+    assert code == 0, err
+    assert "encoder" in out and "scorer" in out and "final guard" in out
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select choice, status from decisions").fetchall()
+    assert ("vectorized", "accepted") in rows
+
+
+def test_cli_evaluate_reports_every_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "eval.db")
+    code, out, err = _cli(
+        capsys,
+        "evaluate",
+        "--tune", "tests.tune_models:ENCODER",
+        "--held-out", "tests.tune_models:SCORER",
+        "--held-out", "tests.tune_models:PROJECTOR",
+        "--measure-pairs", "7",
+        "--db", db,
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    result = json.loads(out)
+    assert [r["model"] for r in result["rows"]] == ["encoder", "scorer", "projector"]
+    assert sum(result["counts"]["held-out"].values()) == 2
+    code, out, err = _cli(
+        capsys, "evaluate", "--tune", "tests.tune_models:ENCODER", "--measure-pairs", "2",
+        "--db", db,
+    )  # fmt: skip
+    # Two pairs can never reach alpha 0.01: refused up front, before any tuning.
+    assert code == 2 and "at least 7" in err, err
+    code, out, err = _cli(
+        capsys, "evaluate", "--tune", "tests.tune_models:ENCODER", "--measure-pairs", "7",
+        "--db", db,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "held-out evaluation" in out and "tuned:" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "code", "message"),
+    [
+        ("nocolon", cli.EXIT_USAGE, "MODULE:ATTR"),
+        ("no.such.module:x", 2, "cannot import"),
+        ("tests.tune_models:NOPE", 2, "no attribute"),
+        ("/no/such/file.py:x", 2, "no file"),
+        ("tests.tune_models:X", 2, "Model or a callable"),
+    ],
+)
+def test_cli_bad_model_specs_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, code: int, message: str
+) -> None:
+    code_, _, err = _cli(capsys, "tune", spec, "--db", str(tmp_path / "bad.db"))
+    assert code_ == code
+    # One line says what is wrong (after argparse's usage lines, for a usage error).
+    assert message in err.strip().splitlines()[-1] and "Traceback" not in err
+    if code != cli.EXIT_USAGE:
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_sigint_to_a_tuning_process_keeps_what_was_accepted(tmp_path: Path) -> None:
+    # The child says on a pipe when a run of the model first meets the row norms' committed
+    # entry (tests/tune_models.py: INTERRUPTIBLE), and waits there for the signal: the SIGINT
+    # always lands inside the session, after the accept, and the child can never finish first.
+    db = tmp_path / "sigint.db"
+    ready, child_end = os.pipe()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(tm.__file__).resolve().parent.parent),
+        "TT_SIGINT_FD": str(child_end),
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tunecache",
+            "tune",
+            "tests.tune_models:INTERRUPTIBLE",
+            "--db",
+            str(db),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        pass_fds=(child_end,),
+    )
+    os.close(child_end)
+    try:
+        with os.fdopen(ready, "rb") as pipe:
+            readable, _, _ = select.select([pipe], [], [], 120)
+            assert readable and pipe.readline() == b"accepted\n", process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == cli.EXIT_INTERRUPTED, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert "interrupted: what was accepted before is stored" in out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select status from runs").fetchall() == [("interrupted",)]
+        assert ("vectorized", "accepted") in conn.execute(
+            "select choice, status from decisions"
+        ).fetchall()
+        assert conn.execute("pragma integrity_check").fetchone() == ("ok",)

@@ -1,0 +1,105 @@
+"""Steps 1 and 2 of a session: profile each scenario with the current table, learn each key's
+share of the run's time and one real call of it, and screen out the keys too light to confirm.
+
+A key under `share` of its scenario's time is left alone: a whole-model run cannot see a change
+that small, so no entry for it could be confirmed (the final guard still covers it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tunecache import dispatch
+from tunecache.keys import Key
+from tunecache.tune.runs import run_with
+
+if TYPE_CHECKING:
+    from tunecache.tune.session import Session
+
+__all__ = ["Heavy", "Profiler", "Screening", "profile", "wall_profile"]
+
+#: how one run is profiled: (the run) -> its profile, and the run's time on the profile's clock
+Profiler = Callable[[Callable[[], None]], tuple[dispatch.Profile, float]]
+
+
+def wall_profile(run: Callable[[], None]) -> tuple[dispatch.Profile, float]:
+    """One run under `dispatch.profile(capture=True)`: its profile, and its wall time (the
+    clock the profile's own per-key times are on, so a share is a ratio of the two)."""
+    with dispatch.profile(capture=True) as profiled:
+        start = time.perf_counter()
+        run()
+        total = time.perf_counter() - start
+    return profiled, total
+
+
+@dataclass
+class Heavy:
+    """A key worth tuning: its share, the scenario it weighs most in, and a real call of it."""
+
+    key: Key
+    op: dispatch.Tunable[Any, Any]
+    call: dispatch.Captured
+    case: dict[str, int]
+    share: float
+
+    @property
+    def heuristic(self) -> str:
+        """The op's own pick for this key: what runs where the cache has no answer."""
+        return self.op.heuristic_for(self.key)
+
+
+@dataclass
+class Screening:
+    """The keys one session's profiles found heavy, and light, so far."""
+
+    heavy: set[Key] = field(default_factory=set)
+    light: set[Key] = field(default_factory=set)
+
+    def screened(self) -> int:
+        """Keys found only light: too light, in every profile, to confirm anything about."""
+        return len(self.light - self.heavy)
+
+
+def profile(session: Session, screening: Screening) -> list[Heavy]:
+    """Profile every scenario with the session's current table: its heavy keys, heaviest first.
+
+    A key's share is the largest it has in any scenario, with that scenario's call to bench.
+    The session's first profile also settles the model's fingerprint (`Session.identify`).
+    """
+    heavy: dict[Key, Heavy] = {}
+    light: set[Key] = set()
+    seen: set[str] = set()
+    for case in session.cases:
+        for found in _profile_case(session, case, seen):
+            if found.share < session.options.share:
+                light.add(found.key)
+                continue
+            known = heavy.get(found.key)
+            if known is None or found.share > known.share:
+                heavy[found.key] = found
+    screening.heavy |= set(heavy)
+    screening.light |= light
+    session.screened = screening.screened()
+    if not session.identified:
+        session.identify(sorted(seen))
+    return sorted(heavy.values(), key=lambda found: (-found.share, found.key))
+
+
+def _profile_case(session: Session, case: dict[str, int], seen: set[str]) -> list[Heavy]:
+    """Every key one scenario's profiled run captured, with its share; adds to `seen` every key
+    the run used."""
+    run = run_with(session.model, session.table, [case])
+    run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
+    profiled, total = session.how.profiler(run)
+    calls = profiled.captured()
+    found = []
+    for row in profiled.rows():
+        seen.add(row.key.text)
+        call = calls.get(row.key)
+        if call is not None:
+            share = row.seconds / total if total > 0 else 0.0
+            found.append(Heavy(row.key, call.op, call, case, share))
+    return found

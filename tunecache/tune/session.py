@@ -1,0 +1,248 @@
+"""One session's state and its writes: the model, its cache and options, the table the model runs
+with now, what happened to each key, and every entry and verdict written.
+
+Every write is its own transaction, made as soon as a decision is reached, and the current table
+follows it at once (a mask as `derive(mask=...)`, which answers exactly as the stored verdict
+will): Ctrl-C or a crash between two writes leaves what was decided so far, and nothing more.
+The steps themselves live beside this module: profiling (steps 1, 2), judging another model's
+entry and benching a key (3 to 5, `tuner`, `benching`), and the guard (7).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tunecache import accept
+from tunecache._digest import sha256
+from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
+from tunecache.tune.model import Model, scenario_text
+from tunecache.tune.options import Options
+from tunecache.tune.profiling import Profiler, wall_profile
+from tunecache.tune.reports import KeyOutcome, Progress, TuneReport
+from tunecache.tune.runs import RunFailed, trial
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache, Entry
+    from tunecache.codec import TimingRecord
+    from tunecache.tune.profiling import Heavy
+
+__all__ = ["GuardOutcome", "Running", "Session"]
+
+
+@dataclass
+class GuardOutcome:
+    """What the final guard did: its verdict, whether it was skipped, why a run with the table
+    failed, and the entries the model uses after it (None until the guard has looked)."""
+
+    verdict: accept.Verdict | None = None
+    skipped: bool = False
+    error: str = ""
+    kept: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class Running:
+    """How a session runs: who hears of its progress, how far its tables borrow a neighbour's
+    decision, the clock its budget is read on, and how it profiles a run."""
+
+    progress: Progress | None = None
+    max_distance: float = DEFAULT_MAX_DISTANCE
+    clock: Callable[[], float] = time.perf_counter
+    profiler: Profiler = wall_profile
+
+
+class Session:
+    """The state of one model's session: its cache, its current table and what it did."""
+
+    def __init__(self, model: Model, cache: Cache, options: Options, how: Running) -> None:
+        self.model = model
+        self.cache = cache
+        self.options = options
+        self.how = how
+        self.started = how.clock()
+        self.cases = model.cases()
+        self.base = Table.open(
+            path=cache.path,
+            device=cache.device,
+            model=model.name,
+            scenarios=model.scenarios,
+            max_distance=how.max_distance,
+        )
+        #: the table the model runs with now: every decision of this session is in it
+        self.table = self.base
+        self.fingerprint = model.fingerprint or ""
+        #: whether the model's version is settled: its fingerprint, and its verdicts read
+        self.identified = False
+        self.run_id: int | None = None
+        self.outcomes: list[KeyOutcome] = []
+        self.verdicts: dict[int, str] = {}
+        self.masked: list[int] = []
+        self.wrote = False  # whether any verdict or entry was written
+        #: keys found too light to confirm anything about, in every profile so far
+        self.screened = 0
+        self.budget_spent = False
+        self.guard = GuardOutcome()
+
+    # -- time and progress --------------------------------------------------------------------
+
+    def out_of_time(self) -> bool:
+        """Whether the session's budget is spent; it stops new keys, never a started trial."""
+        budget = self.options.budget
+        if budget is not None and self.how.clock() - self.started >= budget:
+            self.budget_spent = True
+            return True
+        return False
+
+    def tell(self, what: str, done: int, total: int) -> None:
+        """Report progress to the caller's callback, if any."""
+        if self.how.progress is not None:
+            self.how.progress(what, done, total)
+
+    # -- what the session knows ---------------------------------------------------------------
+
+    def identify(self, seen: Sequence[str]) -> None:
+        """Settle the model's version from the key texts its first profile saw (unless the model
+        names its fingerprint), and read the verdicts that version already has."""
+        self.identified = True
+        if not self.fingerprint:
+            # The model's structure: the keys its runs use. Its verdicts belong to this version.
+            self.fingerprint = sha256("\n".join(sorted(seen)).encode()).hexdigest()[:16]
+        self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
+        self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
+
+    def trial(
+        self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
+    ) -> tuple[accept.Verdict | None, RunFailed | None]:
+        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`)."""
+        return trial(self.model, self.options, baseline, candidate, cases)
+
+    def outcome(self, heavy: Heavy, action: str, **more: Any) -> None:
+        """Record what happened to a heavy key, with what the model runs for it now."""
+        heuristic = heavy.heuristic
+        self.outcomes.append(
+            KeyOutcome(
+                key=heavy.key.text,
+                action=action,
+                share=heavy.share,
+                scenario=scenario_text(heavy.case),
+                heuristic=heuristic,
+                choice=self.table.resolve(heavy.key, heavy.op.candidates, heuristic).choice,
+                **more,
+            )
+        )
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def record_verdict(
+        self,
+        entry_id: int,
+        verdict_name: str,
+        verdict: accept.Verdict | None,
+        status: str | None = None,
+    ) -> None:
+        """Write this model's verdict on an entry (and a new status with it, in one commit)."""
+        self.cache.validate(
+            entry_id,
+            model=self.model.name,
+            fingerprint=self.fingerprint,
+            verdict=verdict_name,
+            gain=_gain(verdict),
+            rounds=verdict.rounds if verdict else 0,
+            confirmations=verdict.confirmations if verdict else 0,
+            run_id=self.run_id,
+            status=status,
+        )
+        self.verdicts[entry_id] = verdict_name
+        self.wrote = True
+        if verdict_name == "masked":
+            if entry_id not in self.masked:
+                self.masked.append(entry_id)
+            self.table = self.table.derive(mask=[entry_id])
+
+    def put(
+        self,
+        heavy: Heavy,
+        choice: str,
+        record: TimingRecord,
+        status: str,
+        speedup: float | None = None,
+    ) -> Entry:
+        """Write an entry for a heavy key, with its timing record, as part of this run."""
+        self.wrote = True
+        return self.cache.put(
+            heavy.key,
+            choice=choice,
+            candidates=heavy.op.candidates,
+            heuristic=heavy.heuristic,
+            record=record,
+            speedup=speedup,
+            status=status,
+            run_id=self.run_id,
+        )
+
+    def accept_entry(
+        self,
+        heavy: Heavy,
+        choice: str,
+        record: TimingRecord,
+        verdict: accept.Verdict,
+        against: str,
+    ) -> Entry:
+        """Write `choice` for the key as accepted, with this model's verdict, and serve it.
+
+        Two commits, each a state that is safe to be killed in: unvalidated (served to no
+        model), then this model's verdict and "accepted" together.
+        """
+        entry = self.put(heavy, choice, record, "unvalidated", _speedup(record, choice, against))
+        self.record_verdict(entry.id, "validated", verdict, status="accepted")
+        self.table = self.table.derive(include=[entry.id])
+        return entry
+
+    def current_run(self) -> int:
+        """The id of this session's row in `runs` (a session writes only inside its run)."""
+        assert self.run_id is not None, "a session writes inside its run"
+        return self.run_id
+
+    # -- the report ---------------------------------------------------------------------------
+
+    def report(self, *, interrupted: bool = False) -> TuneReport:
+        """What the session did so far, as its caller gets it."""
+        guard = self.guard
+        return TuneReport(
+            model=self.model.name,
+            fingerprint=self.fingerprint,
+            run_id=self.run_id,
+            scenarios=tuple(scenario_text(case) for case in self.cases),
+            keys=tuple(self.outcomes),
+            screened=self.screened,
+            guard=guard.verdict,
+            guard_skipped=guard.skipped,
+            guard_error=guard.error,
+            kept=tuple(guard.kept if guard.kept is not None else ()),
+            masked=tuple(self.masked),
+            seconds=self.how.clock() - self.started,
+            interrupted=interrupted,
+            budget_spent=self.budget_spent,
+        )
+
+
+def _gain(verdict: accept.Verdict | None) -> float | None:
+    """A verdict's speedup as the store keeps it: a finite positive number, or nothing."""
+    if verdict is None or not (math.isfinite(verdict.speedup) and verdict.speedup > 0):
+        return None
+    return verdict.speedup
+
+
+def _speedup(record: TimingRecord, choice: str, current: str) -> float | None:
+    """The isolated bench's speedup of `choice` over what ran before, from the record."""
+    try:
+        chosen, before = record.candidate(choice).median, record.candidate(current).median
+    except KeyError:
+        return None
+    if not chosen or not before:
+        return None
+    return before / chosen

@@ -1,0 +1,211 @@
+"""The library calls `tune` and `validate`: one session's passes over a model's heavy keys.
+
+Each pass profiles the model with the current table (`profiling`), then takes its heavy keys in
+turn: an entry another model tuned that serves the key is judged for this model (step 3), and a
+key no entry of its own serves is benched and tried (`benching`, steps 4 and 5). A pass that
+changed the table is followed by another (step 6), and the guard ends the session (step 7).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tunecache.errors import BadArgumentError, TuneInterrupted
+from tunecache.keys import Key
+from tunecache.resolve import DEFAULT_MAX_DISTANCE
+from tunecache.tune.benching import tune_key
+from tunecache.tune.guard import final_guard
+from tunecache.tune.model import Model, as_model
+from tunecache.tune.options import KEEP, KEY_BUDGET, SHARE, Options, session_options
+from tunecache.tune.profiling import Heavy, Screening, profile
+from tunecache.tune.reports import Progress, TuneReport
+from tunecache.tune.session import Running, Session
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache
+
+__all__ = ["PASSES", "open_cache", "run_session", "tune", "validate"]
+
+#: profiles per session: a key that speeds up shifts the shares, and a key too light to
+#: matter before may carry a real share of the faster run; the session profiles again after a
+#: pass that changed its table, so a second session finds nothing new to do
+PASSES = 3
+
+
+def tune(
+    model: Model | Callable[..., object],
+    *,
+    cache: Cache | None = None,
+    share: float = SHARE,
+    keep: int = KEEP,
+    confirmations: int | None = None,
+    pairs: int | None = None,
+    alpha: float | None = None,
+    key_budget: float | None = KEY_BUDGET,
+    budget: float | None = None,
+    retune: bool = False,
+    max_distance: float = DEFAULT_MAX_DISTANCE,
+    bench_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    **open_options: Any,
+) -> TuneReport:
+    """Tune a model on this device and write what it finds to the cache.
+
+    `share` screens out keys lighter than this fraction of a scenario's time; `keep` is how many
+    bench survivors may be tried through whole-model runs; `confirmations`, `pairs` and `alpha`
+    are the acceptance rule's (`tunecache.accept.accept`'s defaults when None); `key_budget`
+    bounds each key's isolated bench and `budget` the whole session, in seconds of `clock`
+    (the final guard always runs). A key that already has an entry for its candidate list
+    reuses that entry's timing record unless `retune`. Pass an open `cache`, or the options of
+    `tunecache.open`.
+
+    Ctrl-C raises `TuneInterrupted` (a KeyboardInterrupt) carrying the partial report; every
+    entry accepted before it stays stored.
+    """
+    options = session_options(
+        share=share, keep=keep, confirmations=confirmations, pairs=pairs, alpha=alpha,
+        key_budget=key_budget, budget=budget, retune=retune, bench_options=bench_options,
+    )  # fmt: skip
+    how = Running(progress=progress, max_distance=max_distance, clock=clock)
+    return run_session(as_model(model), cache, open_options, options, how, tune_keys=True)
+
+
+def validate(
+    model: Model | Callable[..., object],
+    *,
+    cache: Cache | None = None,
+    share: float = SHARE,
+    confirmations: int | None = None,
+    pairs: int | None = None,
+    alpha: float | None = None,
+    budget: float | None = None,
+    max_distance: float = DEFAULT_MAX_DISTANCE,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    **open_options: Any,
+) -> TuneReport:
+    """Judge, for this model, the entries other models tuned that serve its heavy keys.
+
+    Each is run with and without, in paired whole-model runs, and recorded as `validated` or
+    `masked` for this model only; then the finished table must beat no table end to end, or
+    every entry the model uses is masked for it. Keys lighter than `share` are not judged one by
+    one (no whole-model run could confirm them); the final guard covers them.
+    """
+    options = session_options(
+        share=share, keep=1, confirmations=confirmations, pairs=pairs, alpha=alpha,
+        key_budget=None, budget=budget,
+    )  # fmt: skip
+    how = Running(progress=progress, max_distance=max_distance, clock=clock)
+    return run_session(as_model(model), cache, open_options, options, how, tune_keys=False)
+
+
+def open_cache(cache: Cache | None, open_options: Mapping[str, Any]) -> tuple[Cache, bool]:
+    """The cache a library call works in: `cache` as given, or one opened from the options of
+    `tunecache.open`; and whether the caller opened it (and so must close it)."""
+    if cache is not None:
+        if open_options:
+            raise BadArgumentError("pass either an open cache or options to open one, not both")
+        return cache, False
+    from tunecache.cache import Cache
+
+    known = set(inspect.signature(Cache.open).parameters)
+    unknown = sorted(set(open_options) - known)
+    if unknown:
+        raise BadArgumentError(f"unknown options {unknown}")
+    return Cache.open(**open_options), True
+
+
+def run_session(
+    model: Model,
+    cache: Cache | None,
+    open_options: Mapping[str, Any],
+    options: Options,
+    how: Running,
+    *,
+    tune_keys: bool,
+) -> TuneReport:
+    """One whole session, inside its row of `runs`: tuning keys, or (not `tune_keys`) only
+    judging other models' entries."""
+    store, owned = open_cache(cache, open_options)
+    try:
+        session = Session(model, store, options, how)
+        kind = "tune" if tune_keys else "validate"
+        with store.run(kind, notes=f"model {model.name}") as run_id:
+            session.run_id = run_id
+            try:
+                _passes(session, tune_keys=tune_keys)
+            except KeyboardInterrupt:
+                raise TuneInterrupted(session.report(interrupted=True)) from None
+        return session.report()
+    finally:
+        if owned:
+            store.close()
+
+
+def _passes(session: Session, *, tune_keys: bool) -> None:
+    """Profile, take the heavy keys, and again while a pass changes the table; then the guard."""
+    what = f"{'tuning' if tune_keys else 'validating'} {session.model.name}"
+    screening = Screening()
+    handled: set[Key] = set()
+    for number in range(PASSES):
+        if number and session.out_of_time():
+            break
+        try:
+            heavy = [found for found in profile(session, screening) if found.key not in handled]
+        except Exception:
+            if not number:
+                raise  # the model fails on its own table, before this session changed it
+            break  # this session's table breaks a run: the guard runs it, and masks it
+        if number and not heavy:
+            break
+        before = session.table
+        total = len(handled) + len(heavy)
+        for done, found in enumerate(heavy, start=len(handled)):
+            session.tell(what, done, total)
+            _step(session, found, tune_keys=tune_keys)
+        session.tell(what, total, total)
+        handled |= {found.key for found in heavy}
+        if session.table is before or session.budget_spent:
+            break  # the shares stand: the runs are what this pass profiled
+    final_guard(session)
+
+
+def _step(session: Session, heavy: Heavy, *, tune_keys: bool) -> None:
+    """One heavy key: judge the entry that serves it, or bench and try its candidates."""
+    if session.out_of_time():
+        session.outcome(heavy, "skipped", note="time budget spent")
+        return
+    answer = session.table.resolve(heavy.key, heavy.op.candidates, heavy.heuristic)
+    if answer.source == "masked":
+        session.outcome(heavy, "known", entry_id=answer.entry_id, note="masked")
+        return
+    if answer.entry_id is not None:
+        _judge(session, heavy, answer.entry_id)
+        if answer.source == "exact" or not tune_keys:
+            return
+    if tune_keys:
+        # No entry of its own serves this key (it runs the heuristic or a neighbour's choice):
+        # bench it, and accept what wins through the whole model.
+        tune_key(session, heavy)
+
+
+def _judge(session: Session, heavy: Heavy, entry_id: int) -> None:
+    """Validate another model's entry that serves this heavy key (step 3)."""
+    if entry_id in session.verdicts:
+        session.outcome(heavy, "known", entry_id=entry_id, note=session.verdicts[entry_id])
+        return
+    without = session.table.derive(mask=[entry_id])
+    verdict, failed = session.trial(without, session.table, [heavy.case])
+    if failed is not None and failed.side == "A":
+        # The model breaks without the entry: that is no verdict on the entry.
+        note = f"the model raised without this entry: {failed.text()}"
+        session.outcome(heavy, "failed", entry_id=entry_id, note=note)
+        return
+    action = "validated" if verdict is not None and verdict.accepted else "masked"
+    session.record_verdict(entry_id, action, verdict)
+    note = f"a run with it raised {failed.text()}" if failed else ""
+    session.outcome(heavy, action, entry_id=entry_id, verdict=verdict, note=note)
