@@ -99,7 +99,7 @@ def demo(
     models: Sequence[tune.Model | Callable[..., object]] | None = None,
     *,
     cache: Cache | None = None,
-    pairs: int = tune.MEASURE_PAIRS,
+    pairs: int | None = None,
     alpha: float | None = None,
     tune_options: Mapping[str, Any] | None = None,
     progress: tune.Progress | None = None,
@@ -108,7 +108,8 @@ def demo(
     """Tune `models` (by default the example workload) on this device and measure each one.
 
     The cache is this device's own (`tunecache.open(**open_options)`) unless `cache` is given.
-    Every model is measured with `pairs` interleaved back-to-back pairs of runs, heuristic
+    Every model is measured with `pairs` (tunecache.tune.MEASURE_PAIRS when None) interleaved
+    back-to-back pairs of runs, heuristic
     against cache, and classified at `alpha` (`tunecache.stats.classify`; the acceptance
     rule's default when None).
     """

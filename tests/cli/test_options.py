@@ -22,6 +22,23 @@ from tunecache.cli.options import (
 )
 
 
+def test_the_help_names_the_tuners_own_defaults() -> None:
+    # The options default to None, so the tuner decides; their help texts say what it decides.
+    from tunecache import tune
+    from tunecache.cli.options import MEASURE
+
+    rows = {row.dest: row for row in (*TUNE, *MEASURE)}
+    defaults = {
+        "share": tune.SHARE,
+        "key_budget": tune.KEY_BUDGET,
+        "keep": tune.KEEP,
+        "measure_pairs": tune.MEASURE_PAIRS,
+    }
+    for dest, value in defaults.items():
+        assert rows[dest].settings.get("default") is None, dest
+        assert f"(default {value})" in rows[dest].settings["help"], dest
+
+
 def test_statuses_match_the_store() -> None:
     from tunecache.store.models import ENTRY_STATUSES
 
@@ -81,7 +98,8 @@ def test_rows_become_arguments_and_their_values_keyword_arguments() -> None:
     args = parser.parse_args(["--key-budget", "2", "--retune"])
     values = option_values(args, TUNE)
     assert list(values) == [row.dest for row in TUNE]
-    assert values["key_budget"] == 2.0 and values["retune"] is True and values["share"] == 0.01
+    assert values["key_budget"] == 2.0 and values["retune"] is True
+    assert values["share"] is None  # not given: the tuner's own default holds
 
 
 def test_each_parser_gets_its_own_list_for_a_repeatable_option() -> None:

@@ -269,28 +269,26 @@ MEASURE = (
     option(
         "--measure-pairs",
         type=count_arg,
-        default=20,
         help="paired runs per model for the report (default 20)",
     ),
 )
 
-#: the tuner's settings, by the names tunecache.tune.tune takes
+#: the tuner's settings, by the names tunecache.tune.tune takes; an option not given is left
+#: out, so the tuner's own default holds (the help texts name them: a test keeps them true)
 TUNE = (
     option(
         "--share",
         type=float,
-        default=0.01,
         help="leave keys lighter than this fraction of a run's time alone (default 0.01)",
     ),
     option("--budget", type=float, metavar="SECONDS", help="stop tuning new keys after this long"),
     option(
         "--key-budget",
         type=float,
-        default=1.0,
         metavar="SECONDS",
         help="the longest one key's isolated bench may take (default 1.0)",
     ),
-    option("--keep", type=count_arg, default=3, help="bench survivors tried in whole runs (3)"),
+    option("--keep", type=count_arg, help="bench survivors tried in whole runs (default 3)"),
     option("--confirmations", type=count_arg, help="paired blocks B must win, k of k"),
     option("--pairs", type=count_arg, help="paired runs per block"),
     option("--alpha", type=float, help="significance level of the paired test"),

@@ -26,7 +26,6 @@ force: `current`, `set_default`, `using`).
 
 from __future__ import annotations
 
-from tunecache.resolve import contexts
 from tunecache.resolve.answer import SOURCES, Answer, Explanation
 from tunecache.resolve.contexts import current, set_default, using
 from tunecache.resolve.grid import DEFAULT_MAX_DISTANCE, check_max_distance
@@ -46,6 +45,3 @@ __all__ = [
     "set_default",
     "using",
 ]
-
-# tests/test_tune.py imports this name from here; `contexts.context_table` is its public name.
-_current = contexts.context_table

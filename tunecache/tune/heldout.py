@@ -18,7 +18,7 @@ from tunecache import accept, dispatch, stats
 from tunecache.errors import BadArgumentError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table, using
 from tunecache.tune.model import Model, as_model
-from tunecache.tune.options import MEASURE_PAIRS, check_evaluate_options, measure_alpha
+from tunecache.tune.options import check_evaluate_options, measure_alpha, measure_pairs
 from tunecache.tune.reports import Evaluation, EvaluationRow, Progress
 from tunecache.tune.runs import run_with, served, served_entries
 from tunecache.tune.tuner import open_cache, tune
@@ -34,7 +34,7 @@ def evaluate(
     held_out: Sequence[Model | Callable[..., object]],
     *,
     cache: Cache | None = None,
-    pairs: int = MEASURE_PAIRS,
+    pairs: int | None = None,
     alpha: float | None = None,
     min_change: float = 0.0,
     tune_options: Mapping[str, Any] | None = None,
@@ -45,14 +45,15 @@ def evaluate(
     """Tune on some models, then apply the shared cache, as it is, to held-out models.
 
     Every model (both groups) is then run `pairs` times with the cache and with no table, in
-    interleaved back-to-back pairs, and classified improved / neutral / regressed against its
-    heuristic by a paired test at `alpha` (the acceptance rule's default when None). Held-out
+    interleaved back-to-back pairs (MEASURE_PAIRS when None), and classified improved / neutral
+    / regressed against its heuristic by a paired test at `alpha` (the acceptance rule's
+    default when None). Held-out
     models are not validated first: the report says what reuse gives before any model-specific
     judgement; a held-out model that already has verdicts in the cache is refused.
     """
     started = time.perf_counter()
     check_evaluate_options(pairs, alpha, tune_options)
-    alpha = measure_alpha(alpha)
+    pairs, alpha = measure_pairs(pairs), measure_alpha(alpha)
     tuning = [as_model(model) for model in tuned]
     others = [as_model(model) for model in held_out]
     names = [model.name for model in tuning + others]

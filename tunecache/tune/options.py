@@ -31,6 +31,7 @@ __all__ = [
     "check_tune_options",
     "least_pairs",
     "measure_alpha",
+    "measure_pairs",
     "session_options",
 ]
 
@@ -124,6 +125,11 @@ def check_tune_options(options: Mapping[str, Any]) -> None:
     session_options(**options)
 
 
+def measure_pairs(pairs: int | None) -> int:
+    """`pairs`, or MEASURE_PAIRS when None: how many paired runs an evaluation measures."""
+    return MEASURE_PAIRS if pairs is None else pairs
+
+
 def measure_alpha(alpha: float | None) -> float:
     """`alpha`, or the acceptance rule's default significance level when None."""
     default: float = ACCEPT_DEFAULTS["alpha"]
@@ -137,11 +143,13 @@ def least_pairs(alpha: float) -> int:
 
 
 def check_evaluate_options(
-    pairs: int = MEASURE_PAIRS,
+    pairs: int | None = None,
     alpha: float | None = None,
     tune_options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Refuse, in one line, options `evaluate` could not use, before anything runs or opens."""
+    """Refuse, in one line, options `evaluate` could not use, before anything runs or opens
+    (None for `pairs` or `alpha`: the default)."""
+    pairs = measure_pairs(pairs)
     _count("pairs", pairs, 2)
     alpha = measure_alpha(alpha)
     _probability("alpha", alpha)

@@ -78,8 +78,9 @@ def _import(where: str) -> ModuleType:
 
 
 def _tune_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The tuner's settings from the options, as tune.tune takes them."""
-    return option_values(args, TUNE)
+    """The tuner's settings the options give, as tune.tune takes them; one not given is left
+    out, so the tuner's own default holds."""
+    return {name: value for name, value in option_values(args, TUNE).items() if value is not None}
 
 
 # --- tune --------------------------------------------------------------------------------------
@@ -239,8 +240,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     models = demo.example_models(args.model)
     # Every option is checked before the cache is opened or a word is printed.
-    alpha = 0.01 if args.alpha is None else args.alpha
-    tune.check_evaluate_options(args.measure_pairs, alpha, _tune_kwargs(args))
+    tune.check_evaluate_options(args.measure_pairs, args.alpha, _tune_kwargs(args))
     with open_cache(args) as cache, render.progress(args) as progress:
         if not args.json:
             render.console(stderr=True).print(
@@ -250,7 +250,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             models,
             cache=cache,
             pairs=args.measure_pairs,
-            alpha=alpha,
+            alpha=args.alpha,
             tune_options=_tune_kwargs(args),
             progress=progress,
         )
@@ -321,9 +321,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     or --db names one."""
     from tunecache import tune
 
-    tune.check_evaluate_options(
-        args.measure_pairs, 0.01 if args.alpha is None else args.alpha, _tune_kwargs(args)
-    )
+    tune.check_evaluate_options(args.measure_pairs, args.alpha, _tune_kwargs(args))
     examples = not args.tune and not args.held_out
     if examples:
         from tunecache import examples as workload
@@ -335,18 +333,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tuned = [m for spec in args.tune for m in _load_models(spec)]
         held = [m for spec in args.held_out for m in _load_models(spec)]
     with _evaluation_store(args, examples) as cache, render.progress(args) as progress:
-        for m in held:
-            if cache.verdicts(m.name):
-                raise BadArgumentError(
-                    f"held-out model {m.name!r} was already tuned or validated in {cache.path}: "
-                    "nothing would be held out; evaluate in a fresh cache (--root DIR)"
-                )
+        # tune.evaluate refuses a held-out model this cache already has verdicts of.
         result = tune.evaluate(
             tuned,
             held,
             cache=cache,
             pairs=args.measure_pairs,
-            alpha=0.01 if args.alpha is None else args.alpha,
+            alpha=args.alpha,
             tune_options=_tune_kwargs(args),
             progress=progress,
         )
