@@ -60,13 +60,9 @@ read that opens or closes a timed region.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import inspect
 import math
-import os
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -75,6 +71,7 @@ from typing import Any, Literal
 
 from tunecache import codec
 from tunecache.errors import BadArgumentError
+from tunecache.evidence import environment, error_text
 
 __all__ = [
     "INDIFFERENCE",
@@ -84,8 +81,6 @@ __all__ = [
     "bench",
     "check_settings",
     "settings_defaults",
-    "environment",
-    "error_text",
     "survivors",
 ]
 
@@ -512,37 +507,6 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     trim = (len(ordered) - 1) // 4
     return ordered[trim], ordered[-1 - trim]
-
-
-def error_text(e: Exception) -> str:
-    """An exception as one bounded line: its type, then its message."""
-    message = " ".join(str(e).split())[:300]
-    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
-    # Lone surrogates have no UTF-8 form and the codec would refuse the record.
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def environment() -> dict[str, codec.Scalar]:
-    """What the timings depend on besides the device identity, as CBOR scalars."""
-    return {
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "numpy": _numpy_version(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-    }
-
-
-def _numpy_version() -> str | None:
-    """numpy's version, without importing numpy if the caller has not."""
-    module = sys.modules.get("numpy")
-    version = getattr(module, "__version__", None)
-    if isinstance(version, str):
-        return version
-    try:
-        return importlib.metadata.version("numpy")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _is_real(value: object) -> bool:

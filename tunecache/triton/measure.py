@@ -106,8 +106,8 @@ class Measurer:
 
     def measure(self, configs: list[Any], call: Call) -> Measurement:
         """Bench configs on this call's arguments: every config's timings, and the fastest."""
-        from tunecache.bench import environment
         from tunecache.codec import CandidateTiming, TimingRecord
+        from tunecache.evidence import environment
 
         calls = {
             self._configs.name_of(c): kernel_call(self._kernel, self._op, c, call) for c in configs
@@ -143,7 +143,7 @@ class Measurer:
         """One untimed launch of each config, so the bench's first timed call is a warm one
         (compiling and loading a kernel takes seconds, not microseconds): the configs that
         do not fit, with their errors."""
-        from tunecache.bench import error_text
+        from tunecache.evidence import error_text
 
         backend = self._backend
         errors: dict[str, str] = {}
@@ -213,7 +213,7 @@ class Measurer:
             try:
                 got = do_bench(launch, quantiles=(0.5, 0.2, 0.8))
             except self._backend.failures as error:
-                from tunecache.bench import error_text
+                from tunecache.evidence import error_text
 
                 measured[name] = CandidateTiming(name, error=error_text(error))
                 continue
