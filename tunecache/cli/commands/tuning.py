@@ -83,6 +83,18 @@ def _tune_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {name: value for name, value in option_values(args, TUNE).items() if value is not None}
 
 
+def _measuring(args: argparse.Namespace, cache: Any, progress: Any) -> dict[str, Any]:
+    """What the demo and an evaluation take beside their models: the cache, the measurement's
+    pairs and alpha, the tuner's settings and the progress callback."""
+    return {
+        "cache": cache,
+        "pairs": args.measure_pairs,
+        "alpha": args.alpha,
+        "tune_options": _tune_kwargs(args),
+        "progress": progress,
+    }
+
+
 # --- tune --------------------------------------------------------------------------------------
 
 
@@ -246,14 +258,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             render.console(stderr=True).print(
                 f"tuning {len(models)} example models into {cache.path}", highlight=False
             )
-        report = demo.demo(
-            models,
-            cache=cache,
-            pairs=args.measure_pairs,
-            alpha=args.alpha,
-            tune_options=_tune_kwargs(args),
-            progress=progress,
-        )
+        report = demo.demo(models, **_measuring(args, cache, progress))
     render.emit(args, report, _print_demo)
     return 0
 
@@ -334,14 +339,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         held = [m for spec in args.held_out for m in _load_models(spec)]
     with _evaluation_store(args, examples) as cache, render.progress(args) as progress:
         # tune.evaluate refuses a held-out model this cache already has verdicts of.
-        result = tune.evaluate(
-            tuned,
-            held,
-            cache=cache,
-            pairs=args.measure_pairs,
-            alpha=args.alpha,
-            tune_options=_tune_kwargs(args),
-            progress=progress,
-        )
+        result = tune.evaluate(tuned, held, **_measuring(args, cache, progress))
     render.emit(args, result, _print_evaluation)
     return 0
