@@ -1,7 +1,7 @@
 """Hostile input through every door: key text, timing records inside a cache file, exports.
 
 tests/test_codec.py and tests/test_keys.py refuse hostile CBOR and key text at the codec and
-the parser, and tests/test_exchange.py refuses hostile exports without changing the cache. What
+the parser, and tests/exchange/test_wire.py refuses hostile exports without changing the cache. What
 they leave out is done here: every door of the store (Cache.get and put, Cache.record of a
 record someone scribbled into the file, the resolver, import_cache), in a forked child whose
 address space may grow by at most CAP bytes (RLIMIT_AS), each refusal a typed TunecacheError.

@@ -1,6 +1,6 @@
 """Golden databases of every released schema revision, upgraded while 8 processes open them.
 
-tests/test_migrate.py covers one process upgrading rev0001 row by row, and a newer revision
+tests/store/test_migrate.py covers one process upgrading rev0001 row by row, and a newer revision
 opened read-only and never written; here every golden file is upgraded under concurrency.
 """
 
