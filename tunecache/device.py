@@ -9,13 +9,12 @@ other (pyperf's `_CHECKED_METADATA` follows the same rule).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from tunecache.errors import DeviceMismatchError
 from tunecache.identity import (
     CHECKED_FIELDS,
     Fields,
-    Identity,
     check_fields,
     cpu_model,
     detect_fields,
@@ -24,6 +23,9 @@ from tunecache.identity import (
     slugify,
     usable_cpus,
 )
+
+if TYPE_CHECKING:
+    from tunecache.identity import Identity
 
 __all__ = [
     "CHECKED_FIELDS",

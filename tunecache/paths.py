@@ -12,15 +12,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Unpack
 
 from tunecache.errors import BadArgumentError
-from tunecache.identity import Fields, Identity, detect_fields, dirname
+from tunecache.identity import CHECKED_FIELDS, Fields, detect_fields, dirname
 
 if TYPE_CHECKING:
     from tunecache.device import Device
+    from tunecache.identity import Identity
+
+    class Location(Identity, total=False):
+        """The keyword options that name a cache (`tunecache.open`, `Table.open`): a device
+        identity, or `device` itself, and the folder (`root`) or the very file (`path`) of its
+        database. For type checkers only, as `Identity` is."""
+
+        root: str | os.PathLike[str] | None
+        path: str | os.PathLike[str] | None
+        device: Device | None
+
 
 __all__ = [
     "DATABASE_NAME",
     "ENV_VAR",
-    "Location",
     "cache_root",
     "database_path",
     "database_path_of",
@@ -91,15 +101,6 @@ def explicit_path(path: str | os.PathLike[str]) -> Path:
     return Path(path).absolute()
 
 
-class Location(Identity, total=False):
-    """The keyword options that name a cache (`tunecache.open`, `Table.open`): a device identity,
-    or `device` itself, and the folder (`root`) or the very file (`path`) of its database."""
-
-    root: str | os.PathLike[str] | None
-    path: str | os.PathLike[str] | None
-    device: Device | None
-
-
 def locate(
     *,
     root: str | os.PathLike[str] | None = None,
@@ -113,10 +114,10 @@ def locate(
     detected from them. The file is `path` if given, else the identity's default location under
     `root` (see `cache_root`).
     """
-    unknown = sorted(set(identity) - Identity.__optional_keys__)
+    unknown = sorted(set(identity) - set(CHECKED_FIELDS))
     if unknown:
         # Without this, a misspelt option would name detect_fields, not the caller's function.
-        known = ", ".join(sorted(Location.__optional_keys__))
+        known = ", ".join(sorted((*CHECKED_FIELDS, "root", "path", "device")))
         raise TypeError(f"unexpected keyword argument {unknown[0]!r}; a cache is named by {known}")
     fields = device.fields if device is not None else detect_fields(**identity)
     if path is not None:
