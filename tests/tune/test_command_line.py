@@ -104,6 +104,10 @@ def test_cli_bad_model_specs_are_one_line_errors(
         assert len(err.strip().splitlines()) == 1
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_to_a_tuning_process_keeps_what_was_accepted(tmp_path: Path) -> None:
     # The child says on a pipe when a run of the model first meets the row norms' committed
     # entry (tests/tune_models.py: INTERRUPTIBLE), and waits there for the signal: the SIGINT
@@ -130,6 +134,10 @@ def test_sigint_to_a_tuning_process_keeps_what_was_accepted(tmp_path: Path) -> N
         stderr=subprocess.PIPE,
         text=True,
         pass_fds=(child_end,),
+        # A shell that starts this suite in the background without job control ignores SIGINT,
+        # and the child would inherit that: Python then installs no KeyboardInterrupt handler.
+        # A user's Ctrl-C reaches a tunecache whose SIGINT is at its default.
+        preexec_fn=_default_sigint,
     )
     os.close(child_end)
     try:
