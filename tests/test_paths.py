@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 
+import tunecache
 from tunecache import paths
-from tunecache.device import Device
+from tunecache.device import CHECKED_FIELDS, Device
 
 
 def test_layout_is_root_tune_version_device(device: Device, tmp_path: Path) -> None:
@@ -46,3 +48,28 @@ def test_an_empty_environment_variable_means_unset(
     monkeypatch.setenv("TUNECACHE_DIR", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert paths.cache_root() == tmp_path / "xdg" / "tunecache"
+
+
+def test_locate_takes_a_device_first_and_a_path_over_the_root(tmp_path: Path) -> None:
+    device = Device("cpu-x", 2, None, "app", "1.0")
+    fields, db = paths.locate(device=device, root=tmp_path, client="other", threads=9)
+    assert fields == device.fields
+    assert db == tmp_path / "tune" / "1.0" / "cpu-x-t2" / paths.DATABASE_NAME
+    fields, db = paths.locate(path=tmp_path / "x.db", client="app", client_version="2", cpu="c")
+    assert fields[3:] == ("app", "2") and fields[0] == "c" and db == tmp_path / "x.db"
+
+
+def test_every_location_option_is_a_keyword_of_locate() -> None:
+    assert {*CHECKED_FIELDS, "root", "path", "device"} == paths.LOCATION_OPTIONS
+    assert paths.Location.__optional_keys__ == paths.LOCATION_OPTIONS
+
+
+def test_a_misspelt_option_is_a_type_error_that_names_the_function() -> None:
+    with pytest.raises(TypeError, match=r"^Cache.open\(\) got an unexpected keyword .*'thread'"):
+        tunecache.open(thread=2)
+    with pytest.raises(TypeError, match=r"^Table.open\(\) got an unexpected keyword .*'modle'"):
+        tunecache.Table.open(modle="m")
+    with pytest.raises(TypeError, match=r"^detect\(\) got an unexpected keyword .*'thread'"):
+        tunecache.detect(thread=2)
+    # The options are still there for a type checker, and for introspection at run time.
+    assert "location" in typing.get_type_hints(tunecache.Cache.open)

@@ -40,7 +40,10 @@ from tunecache.store.engine import (
 )
 from tunecache.store.models import ENTRY_STATUSES, VERDICTS, utcnow
 
-__all__ = ["Cache", "Entry", "Progress", "Transaction", "open_cache"]
+__all__ = ["OPEN_OPTIONS", "Cache", "Entry", "Progress", "Transaction", "open_cache"]
+
+#: every keyword `Cache.open` (and `tunecache.open`) takes
+OPEN_OPTIONS = frozenset({"busy_timeout"}) | paths.LOCATION_OPTIONS
 
 #: a progress callback of long store operations (export, import, doctor): (what is being done,
 #: how much is done, out of how much)
@@ -151,6 +154,7 @@ class Cache:
         file. A database written by a newer tunecache is opened read-only, with a
         TunecacheWarning.
         """
+        paths.check_options(location, "Cache.open", paths.LOCATION_OPTIONS)
         fields, db = paths.locate(**location)
         device = location.get("device") or Device(*fields)
         busy_timeout = check_timeout(busy_timeout)

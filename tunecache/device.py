@@ -9,12 +9,13 @@ other (pyperf's `_CHECKED_METADATA` follows the same rule).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Unpack
+from typing import Unpack
 
 from tunecache.errors import DeviceMismatchError
 from tunecache.identity import (
     CHECKED_FIELDS,
     Fields,
+    Identity,
     check_fields,
     cpu_model,
     detect_fields,
@@ -23,9 +24,6 @@ from tunecache.identity import (
     slugify,
     usable_cpus,
 )
-
-if TYPE_CHECKING:
-    from tunecache.identity import Identity
 
 __all__ = [
     "CHECKED_FIELDS",
@@ -95,4 +93,7 @@ def detect(**identity: Unpack[Identity]) -> Device:
     tunecache itself, and must be given for any other client. `cpu` and `accelerator` name
     other hardware than what is detected (see `tunecache.identity.detect_fields`).
     """
+    from tunecache.paths import check_options
+
+    check_options(identity, "detect", CHECKED_FIELDS)
     return Device(*detect_fields(**identity))

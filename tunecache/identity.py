@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TypedDict
 
 from tunecache._digest import sha256
 from tunecache._version import __version__
@@ -20,6 +20,7 @@ from tunecache.errors import BadArgumentError
 __all__ = [
     "CHECKED_FIELDS",
     "Fields",
+    "Identity",
     "check_fields",
     "cpu_model",
     "detect_fields",
@@ -33,21 +34,16 @@ __all__ = [
 Fields = tuple[str, int, "str | None", str, str]
 
 
-if TYPE_CHECKING:
-    # For type checkers only (`**options: Unpack[Identity]`): a TypedDict class costs the
-    # resolver's cold start a quarter of a millisecond, and nothing needs it at run time.
-    from typing import TypedDict
+class Identity(TypedDict, total=False):
+    """The keyword options that name a device identity (`detect_fields`, `tunecache.detect`):
+    each one left out is detected, or takes the default `detect_fields` gives it. Their names
+    are CHECKED_FIELDS."""
 
-    class Identity(TypedDict, total=False):
-        """The keyword options that name a device identity (`detect_fields`,
-        `tunecache.detect`): each one left out is detected, or takes the default
-        `detect_fields` gives it. Their names are CHECKED_FIELDS."""
-
-        client: str
-        client_version: str | None
-        threads: int | None
-        accelerator: str | None
-        cpu: str | None
+    client: str
+    client_version: str | None
+    threads: int | None
+    accelerator: str | None
+    cpu: str | None
 
 
 #: the fields that make two devices different; every one is compared, none is advisory

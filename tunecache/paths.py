@@ -8,30 +8,24 @@ version, so an upgrade starts a fresh cache and the old one can be pruned whole.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Unpack
 
 from tunecache.errors import BadArgumentError
-from tunecache.identity import CHECKED_FIELDS, Fields, detect_fields, dirname
+from tunecache.identity import CHECKED_FIELDS, Fields, Identity, detect_fields, dirname
 
 if TYPE_CHECKING:
     from tunecache.device import Device
-    from tunecache.identity import Identity
-
-    class Location(Identity, total=False):
-        """The keyword options that name a cache (`tunecache.open`, `Table.open`): a device
-        identity, or `device` itself, and the folder (`root`) or the very file (`path`) of its
-        database. For type checkers only, as `Identity` is."""
-
-        root: str | os.PathLike[str] | None
-        path: str | os.PathLike[str] | None
-        device: Device | None
 
 
 __all__ = [
     "DATABASE_NAME",
     "ENV_VAR",
+    "LOCATION_OPTIONS",
+    "Location",
     "cache_root",
+    "check_options",
     "database_path",
     "database_path_of",
     "device_dir",
@@ -101,6 +95,29 @@ def explicit_path(path: str | os.PathLike[str]) -> Path:
     return Path(path).absolute()
 
 
+class Location(Identity, total=False):
+    """The keyword options that name a cache (`tunecache.open`, `Table.open`): a device
+    identity, or `device` itself, and the folder (`root`) or the very file (`path`) of its
+    database."""
+
+    root: str | os.PathLike[str] | None
+    path: str | os.PathLike[str] | None
+    device: Device | None
+
+
+#: the names of every option that names a cache (Location's)
+LOCATION_OPTIONS = frozenset(Location.__optional_keys__)
+
+
+def check_options(given: Iterable[str], caller: str, allowed: Iterable[str]) -> None:
+    """Refuse a keyword argument `caller` does not take, as Python itself would for a function
+    with explicit keywords: TypeError, naming the caller, so a misspelt option says where."""
+    known = frozenset(allowed)
+    for name in given:
+        if name not in known:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+
+
 def locate(
     *,
     root: str | os.PathLike[str] | None = None,
@@ -114,11 +131,7 @@ def locate(
     detected from them. The file is `path` if given, else the identity's default location under
     `root` (see `cache_root`).
     """
-    unknown = sorted(set(identity) - set(CHECKED_FIELDS))
-    if unknown:
-        # Without this, a misspelt option would name detect_fields, not the caller's function.
-        known = ", ".join(sorted((*CHECKED_FIELDS, "root", "path", "device")))
-        raise TypeError(f"unexpected keyword argument {unknown[0]!r}; a cache is named by {known}")
+    check_options(identity, "locate", CHECKED_FIELDS)
     fields = device.fields if device is not None else detect_fields(**identity)
     if path is not None:
         return fields, explicit_path(path)

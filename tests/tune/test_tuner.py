@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from tests.tune.support import (
 )
 from tunecache import tune
 from tunecache.cache import Cache
+from tunecache.device import Device
+from tunecache.errors import BadArgumentError
 from tunecache.keys import make_key
 from tunecache.resolve import Table, using
 
@@ -187,3 +190,28 @@ def test_the_budget_stops_new_keys_but_never_cuts_a_started_trial(cache: Cache) 
     assert outcome.verdict is not None and outcome.verdict.rounds == 24
     assert "budget" not in outcome.verdict.reason
     assert report.budget_spent
+
+
+def test_a_session_opens_the_cache_its_location_options_name(
+    device: Device, tmp_path: Path
+) -> None:
+    # Without `cache`, tune and validate open `tunecache.open(**options)` themselves.
+    db = tmp_path / "named.db"
+    report = tune.tune(tm.ENCODER, path=db, device=device, share=0.0)
+    assert db.is_file() and report.count("accepted") >= 1
+    tune.validate(tm.SCORER, path=db, device=device)
+    with Cache.open(path=db, device=device) as cache:
+        assert cache.verdicts("encoder") and cache.verdicts("scorer")
+
+
+def test_options_a_cache_cannot_take_are_refused_before_anything_runs(
+    device: Device, tmp_path: Path
+) -> None:
+    with pytest.raises(BadArgumentError, match=r"unknown options \['thread'\]"):
+        tune.tune(tm.ENCODER, path=tmp_path / "c.db", thread=2)
+    with (
+        Cache.open(path=tmp_path / "d.db", device=device) as cache,
+        pytest.raises(BadArgumentError, match="either an open cache or options"),
+    ):
+        tune.validate(tm.SCORER, cache=cache, root=tmp_path)
+    assert not (tmp_path / "c.db").exists()

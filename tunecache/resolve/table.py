@@ -13,8 +13,9 @@ from _thread import RLock  # threading costs ~2 ms to import; its RLock is this 
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
+from tunecache import paths
 from tunecache.candidates import candidate_names, checksum
 from tunecache.errors import BadArgumentError
 from tunecache.keys import Key, parse
@@ -27,9 +28,6 @@ from tunecache.resolve.grid import (
 )
 from tunecache.resolve.lookup import USES, Lookup, Rules
 from tunecache.resolve.reader import Busy, Reader
-
-if TYPE_CHECKING:
-    from tunecache.paths import Location
 
 __all__ = ["MEMO_LIMIT", "Table"]
 
@@ -122,14 +120,15 @@ class Table:
         max_distance: float = DEFAULT_MAX_DISTANCE,
         scenarios: Mapping[str, Iterable[int]] | None = None,
         timeout: float = 5.0,
-        **location: Unpack[Location],
+        **location: Unpack[paths.Location],
     ) -> Table:
         """A table over this device's cache (the same location rules as `tunecache.open`).
 
         Nothing is read until the first question; a missing database is an empty table.
         """
-        from tunecache import identity, paths
+        from tunecache import identity
 
+        paths.check_options(location, "Table.open", paths.LOCATION_OPTIONS)
         # The identity's fields, not a Device: the dataclass machinery costs a cold start more
         # than the whole lookup does.
         fields, db = paths.locate(**location)

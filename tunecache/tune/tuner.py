@@ -8,7 +8,6 @@ changed the table is followed by another (step 6), and the guard ends the sessio
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -110,10 +109,9 @@ def open_cache(cache: Cache | None, open_options: Mapping[str, Any]) -> tuple[Ca
         if open_options:
             raise BadArgumentError("pass either an open cache or options to open one, not both")
         return cache, False
-    from tunecache.cache import Cache
+    from tunecache.cache import OPEN_OPTIONS, Cache
 
-    known = set(inspect.signature(Cache.open).parameters)
-    unknown = sorted(set(open_options) - known)
+    unknown = sorted(set(open_options) - OPEN_OPTIONS)
     if unknown:
         raise BadArgumentError(f"unknown options {unknown}")
     return Cache.open(**open_options), True
