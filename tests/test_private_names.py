@@ -2,13 +2,16 @@
 
 An AST walk over every module of the package flags:
 
-- `from tunecache.x import _name`: a private name imported from another module;
+- `from tunecache.x import _name` (relative imports too): a private name imported from another
+  module;
 - `m._name` where `m` was imported from a tunecache module (a module, a class, a function):
   `codec._prescan`, `Cache._set_names`;
-- `obj._name` on any other object, where `_name` is not defined in the module doing it but is
-  a member (a method, a class attribute, an attribute assigned on an object) of a class of
-  another tunecache module: the walk cannot know `obj`'s type, so it tells by the name
-  (`cache._read`, `table._memo`);
+- `m._name` or `m.sub._name` where `m` was imported from tunecache (`tunecache.codec._prescan`);
+- `obj._name` on any other object (read, written or deleted, or named as a string to getattr and
+  its kin), where `_name` is not a member of a class of the module doing it but is a member (a
+  method, a class attribute, an attribute a method sets on `self`) of a class of another
+  tunecache module: the walk cannot know `obj`'s type, so it tells by the name (`cache._read`,
+  `table._memo`);
 - `import tunecache.pkg._mod` / `from tunecache.pkg._mod import name` from outside `pkg`: a
   private module is private to the package that holds it.
 
@@ -40,26 +43,10 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _defined(tree: ast.AST) -> set[str]:
-    """Every private name a module defines: functions, classes, assigned names and attributes."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            names.add(node.attr)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-    return {name for name in names if _private(name)}
-
-
 def _members(tree: ast.AST) -> set[str]:
     """The private names a module's classes define: methods, class attributes, and attributes
-    assigned on any object (`self._engine = ...`). These are what `obj._name` can reach."""
+    a method assigns on its own instance or class (`self._engine = ...`). These are what
+    `obj._name` can reach; a module may use its own classes' members on any object."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -70,9 +57,30 @@ def _members(tree: ast.AST) -> set[str]:
                     names.update(t.id for t in item.targets if isinstance(t, ast.Name))
                 elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     names.add(item.target.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
             names.add(node.attr)
     return {name for name in names if _private(name)}
+
+
+def _root_name(node: ast.expr) -> str | None:
+    """The name a dotted expression starts from (`a` for `a.b.c`), or None for anything else."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module an import names, relative imports made absolute."""
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    base = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def _private_module(importer: str, target: str) -> str | None:
@@ -95,7 +103,6 @@ def reaches(root: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
     """Every private reach in the package at `root`: (module path, line, expression)."""
     base = root.parent
     trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
-    defined = {path: _defined(tree) for path, tree in trees.items()}
     members = {path: _members(tree) for path, tree in trees.items()}
     for path, tree in trees.items():
         where = str(path.relative_to(base))
@@ -110,32 +117,51 @@ def reaches(root: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
                         hidden = _private_module(module, alias.name)
                         if hidden is not None:
                             yield where, node.lineno, f"import {hidden}"
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                if node.module.split(".")[0] != "tunecache":
+            elif isinstance(node, ast.ImportFrom):
+                source = _absolute(module, path.name == "__init__.py", node)
+                if source.split(".")[0] != "tunecache":
                     continue
-                hidden = _private_module(module, node.module)
+                hidden = _private_module(module, source)
                 if hidden is not None:
                     yield where, node.lineno, f"from {hidden} import ..."
                 for alias in node.names:
                     imported.add(alias.asname or alias.name)
                     if not _private(alias.name):
                         continue
-                    target = f"{node.module}.{alias.name}"
+                    target = f"{source}.{alias.name}"
                     if _is_module(base, target):
                         hidden = _private_module(module, target)
                         if hidden is not None:
                             yield where, node.lineno, f"import {hidden}"
                     else:
-                        yield where, node.lineno, f"from {node.module} import {alias.name}"
-        own = defined[path]
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                        yield where, node.lineno, f"from {source} import {alias.name}"
+        yield from _attribute_reaches(tree, where, imported, members[path], others)
+
+
+def _attribute_reaches(
+    tree: ast.AST, where: str, imported: set[str], own: set[str], others: set[str]
+) -> Iterator[tuple[str, int, str]]:
+    """`x._name` (read, written or deleted, or named in getattr/setattr/hasattr/delattr) where
+    `x` is, or starts from, a name imported from tunecache, or `_name` is a member of another
+    module's class and not of this module's."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = _root_name(node.value)
+            if root in ("self", "cls") and isinstance(node.value, ast.Name):
                 continue
-            value = node.value
-            if isinstance(value, ast.Name) and value.id in ("self", "cls"):
-                continue
-            named = isinstance(value, ast.Name) and value.id in imported
-            if named or (node.attr not in own and node.attr in others):
+            if root in imported or (node.attr not in own and node.attr in others):
+                yield where, node.lineno, ast.unparse(node)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+        ):
+            name = node.args[1].value
+            if _root_name(node.args[0]) in imported or (name not in own and name in others):
                 yield where, node.lineno, ast.unparse(node)
 
 
@@ -196,6 +222,20 @@ def test_the_walk_finds_each_kind_of_planted_reach(tmp_path: Path) -> None:
                 "    Cache._read(cache)\n"
                 "    return cache._engine, VALUE\n"
             ),
+            "store/__init__.py": "",
+            "store/rows.py": "def _helper():\n    return 1\n",
+            "store/wire.py": (
+                "from .rows import _helper\n"
+                "from ..codec import _prescan\n"
+                "import tunecache.codec\n"
+                "from tunecache import store\n"
+                "_read = None\n"
+                "def f(cache):\n"
+                "    cache._engine = 5\n"
+                "    getattr(cache, '_read')()\n"
+                "    store.rows._helper()\n"
+                "    return tunecache.codec._prescan, cache._read()\n"
+            ),
         },
     )
     found = {(where, text) for where, _, text in reaches(root)}
@@ -206,6 +246,14 @@ def test_the_walk_finds_each_kind_of_planted_reach(tmp_path: Path) -> None:
         ("tunecache/exchange.py", "Cache._read"),
         ("tunecache/exchange.py", "cache._engine"),
         ("tunecache/user.py", "import tunecache.sub._inner"),
+        # relative imports, a write, a getattr, dotted module paths, a local of the same name
+        ("tunecache/store/wire.py", "from tunecache.store.rows import _helper"),
+        ("tunecache/store/wire.py", "from tunecache.codec import _prescan"),
+        ("tunecache/store/wire.py", "cache._engine"),
+        ("tunecache/store/wire.py", "getattr(cache, '_read')"),
+        ("tunecache/store/wire.py", "store.rows._helper"),
+        ("tunecache/store/wire.py", "tunecache.codec._prescan"),
+        ("tunecache/store/wire.py", "cache._read"),
     }
 
 
