@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from tunecache import stats
+from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
 
 __all__ = ["Verdict", "accept", "measure"]
@@ -308,7 +309,7 @@ def _finite(x: float) -> float | None:
 
 
 def _check_count(name: str, value: object, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if not is_int(value) or value < least:
         raise BadArgumentError(f"{name} must be an integer >= {least}, got {value!r}")
 
 

@@ -70,6 +70,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from tunecache import codec
+from tunecache.checks import is_finite, is_int
 from tunecache.errors import BadArgumentError
 from tunecache.evidence import environment, error_text
 
@@ -150,12 +151,12 @@ def survivors(
     """The best `keep` candidates of a timing record that were not pruned and did not raise,
     fastest median first, each within `within` (default: the bench's drop_ratio) of the best.
     A record read back from the store ranks exactly as the bench that made it did."""
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+    if not is_int(keep) or keep < 1:
         raise BadArgumentError(f"keep must be an int >= 1, got {keep!r}")
     if within is None:
         ratio = record.settings.get("drop_ratio")
         within = float(ratio) if isinstance(ratio, (int, float)) else math.inf
-    elif not _is_real(within) or not within >= 1.0:
+    elif not is_finite(within) or not within >= 1.0:
         raise BadArgumentError(f"within must be a number >= 1, got {within!r}")
     ran = [c for c in record.candidates if c.error is None and not c.pruned and c.samples]
     medians = {c.name: statistics.median(c.samples) for c in ran}
@@ -509,16 +510,6 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
     return ordered[trim], ordered[-1 - trim]
 
 
-def _is_real(value: object) -> bool:
-    """True for a finite int or float that is not a bool."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _is_count(value: object) -> bool:
-    """True for an int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @functools.cache
 def settings_defaults() -> MappingProxyType[str, Any]:
     """Every keyword option of `bench` with its default, read from its signature."""
@@ -557,23 +548,23 @@ def check_settings(**settings: Any) -> None:
     sync, clock = values["sync"], values["clock"]
     # The annotations say what is meant; callers without a type checker pass anything, so
     # every check is made at run time too.
-    if not _is_count(min_samples) or min_samples < 1:
+    if not is_int(min_samples) or min_samples < 1:
         raise BadArgumentError(f"min_samples must be an int >= 1, got {min_samples!r}")
-    if not _is_count(max_samples) or max_samples < min_samples:
+    if not is_int(max_samples) or max_samples < min_samples:
         raise BadArgumentError(
             f"max_samples must be an int >= min_samples ({min_samples}), got {max_samples!r}"
         )
-    if not _is_real(drop_ratio) or not drop_ratio > 1.0:
+    if not is_finite(drop_ratio) or not drop_ratio > 1.0:
         raise BadArgumentError(f"drop_ratio must be a number > 1, got {drop_ratio!r}")
-    if lower_bound is not None and (not _is_real(lower_bound) or not lower_bound > 0):
+    if lower_bound is not None and (not is_finite(lower_bound) or not lower_bound > 0):
         raise BadArgumentError(f"lower_bound must be a number > 0 or None, got {lower_bound!r}")
-    if not _is_real(bound_threshold) or not 0 < bound_threshold <= 1:
+    if not is_finite(bound_threshold) or not 0 < bound_threshold <= 1:
         raise BadArgumentError(f"bound_threshold must be in (0, 1], got {bound_threshold!r}")
-    if budget is not None and (not _is_real(budget) or not budget > 0):
+    if budget is not None and (not is_finite(budget) or not budget > 0):
         raise BadArgumentError(f"budget must be a number of seconds > 0 or None, got {budget!r}")
-    if not _is_real(sample_time) or not sample_time > 0:
+    if not is_finite(sample_time) or not sample_time > 0:
         raise BadArgumentError(f"sample_time must be a number of seconds > 0, got {sample_time!r}")
-    if not _is_count(warmup) or warmup < 0:
+    if not is_int(warmup) or warmup < 0:
         raise BadArgumentError(f"warmup must be an int >= 0, got {warmup!r}")
     if sync is not None and not callable(sync):
         raise BadArgumentError("sync must be a callable or None")

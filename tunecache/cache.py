@@ -7,7 +7,6 @@ This is the storage-facing API that tuning, validation and maintenance build on.
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from sqlalchemy import Connection, Engine
 
 from tunecache import codec, paths
 from tunecache.candidates import candidate_names, checksum
+from tunecache.checks import is_finite, is_int
 from tunecache.device import Device
 from tunecache.errors import (
     BadRecordError,
@@ -69,13 +69,13 @@ class Entry:
 def _entry_id(entry: Entry | int) -> int:
     if isinstance(entry, Entry):
         return entry.id
-    if isinstance(entry, bool) or not isinstance(entry, int):
+    if not is_int(entry):
         raise BadRecordError(f"an entry is an Entry or its integer id, got {entry!r}")
     return entry
 
 
 def _count(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int(value) or value < 0:
         raise BadRecordError(f"{what} must be a non-negative integer, got {value!r}")
     return value
 
@@ -83,12 +83,7 @@ def _count(value: object, what: str) -> int:
 def _positive(value: object, what: str) -> float | None:
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not is_finite(value) or value <= 0:
         raise BadRecordError(f"{what} must be a finite positive number, got {value!r}")
     return float(value)
 
@@ -101,7 +96,7 @@ def _check_status(status: object) -> None:
 def _check_run(conn: Connection, run_id: int | None) -> None:
     if run_id is None:
         return
-    if isinstance(run_id, bool) or not isinstance(run_id, int):
+    if not is_int(run_id):
         raise BadRecordError(f"run_id must be an integer, got {run_id!r}")
     if not queries.run_exists(conn, run_id):
         raise BadRecordError(f"no run {run_id} in this cache")

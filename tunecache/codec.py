@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import cbor2
 
 from tunecache._cbor import check_bounds, check_keys, decode_bounded, kind, one_line, short
+from tunecache.checks import is_int, is_real
 from tunecache.errors import CodecError
 
 __all__ = [
@@ -162,7 +163,7 @@ def _pack(samples: Iterable[object], where: str) -> bytes:
     """Check samples and pack them as little-endian float64 bytes."""
     packed = array("d")
     for j, x in enumerate(samples):
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
+        if not is_real(x):
             raise CodecError(f"{where}sample {j} is {kind(x)}, not a float")
         try:
             packed.append(x)
@@ -206,7 +207,7 @@ def _from_wire(obj: object) -> TimingRecord:
     if "v" not in obj:
         raise CodecError(f"{_PREFIX}no format version")
     version = obj["v"]
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if not is_int(version) or version < 1:
         raise CodecError(f"{_PREFIX}invalid format version {short(version)}")
     if version > FORMAT_VERSION:
         raise CodecError(
@@ -280,7 +281,7 @@ def _check_name(name: object, where: str, seen: set[str]) -> str:
 def _check_loops(loops: object, where: str) -> None:
     """Refuse an inner_loops that is not an int in [1, 2**63): the store keeps it in a signed
     64-bit SQLite INTEGER, so a larger one would be accepted here and fail at the write."""
-    if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= _LOOPS_MAX:
+    if not is_int(loops) or not 1 <= loops <= _LOOPS_MAX:
         raise CodecError(f"{where}inner_loops must be an int in [1, 2**63), got {short(loops)}")
 
 

@@ -15,6 +15,7 @@ from typing import TypedDict
 
 from tunecache._digest import sha256
 from tunecache._version import __version__
+from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
 
 __all__ = [
@@ -152,7 +153,7 @@ def check_fields(
     """Raise BadArgumentError unless these are a legal device identity."""
     if not _is_slug(cpu):
         raise BadArgumentError(f"device cpu must be a slug like 'amd-epyc', got {cpu!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int):
+    if not is_int(threads):
         raise BadArgumentError(f"device threads must be an int, got {threads!r}")
     if not 1 <= threads <= 65536:
         raise BadArgumentError(f"device threads must be between 1 and 65536, got {threads}")

@@ -27,6 +27,7 @@ from tunecache import _cbor, codec
 from tunecache._cbor import kind, short
 from tunecache._version import __version__
 from tunecache.candidates import candidate_names, checksum
+from tunecache.checks import is_int, is_real
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.keys import parse
@@ -320,7 +321,7 @@ def _when(obj: object, where: str) -> datetime:
 def _positive(obj: object, where: str) -> float | None:
     if obj is None:
         return None
-    if isinstance(obj, bool) or not isinstance(obj, int | float):
+    if not is_real(obj):
         raise _fail(f"{where} is {kind(obj)}, not a number")
     if not math.isfinite(obj) or obj <= 0:
         raise _fail(f"{where} must be a finite positive number, got {obj!r}")
@@ -328,13 +329,13 @@ def _positive(obj: object, where: str) -> float | None:
 
 
 def _count(obj: object, where: str) -> int:
-    if isinstance(obj, bool) or not isinstance(obj, int) or not 0 <= obj <= _MAX_COUNT:
+    if not is_int(obj) or not 0 <= obj <= _MAX_COUNT:
         raise _fail(f"{where} must be a non-negative integer, got {short(obj)}")
     return obj
 
 
 def _index(obj: object, size: int, where: str) -> int:
-    if isinstance(obj, bool) or not isinstance(obj, int) or not 0 <= obj < size:
+    if not is_int(obj) or not 0 <= obj < size:
         raise _fail(f"{where} {short(obj)} names nothing in the file")
     return obj
 
@@ -347,7 +348,7 @@ def _from_wire(obj: object) -> Document:
     if obj.get("format") != FORMAT:
         raise _fail("not a tunecache export (no 'format': 'tunecache-export')")
     version = obj.get("v")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if not is_int(version) or version < 1:
         raise _fail(f"invalid format version {short(version)}")
     if version > FORMAT_VERSION:
         raise _fail(

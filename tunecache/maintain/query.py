@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
 from tunecache.maintain.reports import Report
 
@@ -116,7 +117,7 @@ def run_query(
     """
     if not isinstance(query, str) or not query.strip():
         raise BadArgumentError("the query is empty")
-    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
+    if not is_int(max_rows) or max_rows < 0:
         raise BadArgumentError(f"max_rows must be a non-negative integer, got {max_rows!r}")
     if not isinstance(timeout, int | float) or not 0 < timeout <= 86400 or math.isnan(timeout):
         raise BadArgumentError(f"timeout must be seconds from 0 to 86400, got {timeout!r}")

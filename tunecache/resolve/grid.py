@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from tunecache.checks import is_real
 from tunecache.errors import BadArgumentError, BadKeyError
 from tunecache.keys import Key, make_key
 
@@ -36,7 +37,7 @@ EPS = 1e-9
 
 def check_max_distance(value: object) -> float:
     """A nearest-shape cap as a float, or BadArgumentError: a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+    if not is_real(value) or not 0 <= value < math.inf:
         raise BadArgumentError(
             f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
         )

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from tunecache.checks import is_real
 from tunecache.errors import BadArgumentError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, check_max_distance
 from tunecache.triton.keys import config_name
@@ -132,7 +133,7 @@ def _check_milliseconds(warmup: Any, rep: Any) -> None:
     # Triton's own timings: accepted for compatibility, and ignored (the bench stops on
     # evidence, within `bench["budget"]`).
     for what, value in (("warmup", warmup), ("rep", rep)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is not None and (not is_real(value)):
             raise BadArgumentError(f"{what} is a number of milliseconds, got {value!r}")
 
 

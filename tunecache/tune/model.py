@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
 
 __all__ = ["Model", "as_model", "scenario_text"]
@@ -52,9 +53,7 @@ class Model:
         checked: dict[str, tuple[int, ...]] = {}
         for dim, sizes in dict(self.scenarios).items():
             values = tuple(sizes) if isinstance(sizes, Iterable) else (sizes,)
-            if not values or any(
-                isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in values
-            ):
+            if not values or any(not is_int(size) or size < 1 for size in values):
                 raise BadArgumentError(
                     f"model {self.name!r}: scenario {dim!r} needs positive integer sizes, "
                     f"got {sizes!r}"

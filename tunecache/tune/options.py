@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunecache import accept, bench
+from tunecache.checks import is_int, is_real
 from tunecache.errors import BadArgumentError
 
 __all__ = [
@@ -163,7 +164,7 @@ def check_evaluate_options(
 
 def _check(options: Options) -> None:
     share = options.share
-    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share < 1:
+    if not is_real(share) or not 0 <= share < 1:
         raise BadArgumentError(f"share is a fraction in [0, 1), got {share!r}")
     _count("keep", options.keep, 1)
     _count("confirmations", options.confirmations, 1)
@@ -192,17 +193,17 @@ def _check(options: Options) -> None:
 
 
 def _count(what: str, value: object, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if not is_int(value) or value < least:
         raise BadArgumentError(f"{what} is an integer >= {least}, got {value!r}")
 
 
 def _probability(what: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+    if not is_real(value) or not 0 < value < 1:
         raise BadArgumentError(f"{what} is a probability in (0, 1), got {value!r}")
 
 
 def _seconds(what: str, value: object) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+    if not is_real(value) or not 0 <= value < math.inf:
         raise BadArgumentError(f"{what} is a number of seconds >= 0, got {value!r}")
