@@ -195,31 +195,7 @@ def document(
                     f"the timing record of {e.key} cannot be exported ({error}); "
                     "`tunecache doctor --repair` removes unreadable records"
                 ) from error
-        wire_entries.append(
-            {
-                "key": e.key,
-                "set": set_index[(e.signature, e.checksum)],
-                "choice": e.choice,
-                "heuristic": e.heuristic,
-                "status": e.status,
-                "speedup": e.speedup,
-                "created_at": iso(e.created_at),
-                "updated_at": iso(e.updated_at),
-                "record": e.blob,
-                "validations": [
-                    {
-                        "model": model_index[(v.model, v.fingerprint)],
-                        "verdict": v.verdict,
-                        "gain": v.gain,
-                        "rounds": v.rounds,
-                        "confirmations": v.confirmations,
-                        "created_at": iso(v.created_at),
-                        "updated_at": iso(v.updated_at),
-                    }
-                    for v in e.verdicts
-                ],
-            }
-        )
+        wire_entries.append(_wire_entry(e, set_index[(e.signature, e.checksum)], model_index))
     if progress is not None:
         progress("export", len(entries), len(entries))
     doc = {
@@ -247,6 +223,35 @@ def document(
             f"this cache is too large for one export file ({error}); prune it first"
         ) from None
     return data
+
+
+def _wire_entry(
+    e: ExportedEntry, set_index: int, model_index: dict[tuple[str, str], int]
+) -> dict[str, Any]:
+    """One entry as the document carries it: its candidate set and models by their index."""
+    return {
+        "key": e.key,
+        "set": set_index,
+        "choice": e.choice,
+        "heuristic": e.heuristic,
+        "status": e.status,
+        "speedup": e.speedup,
+        "created_at": iso(e.created_at),
+        "updated_at": iso(e.updated_at),
+        "record": e.blob,
+        "validations": [
+            {
+                "model": model_index[(v.model, v.fingerprint)],
+                "verdict": v.verdict,
+                "gain": v.gain,
+                "rounds": v.rounds,
+                "confirmations": v.confirmations,
+                "created_at": iso(v.created_at),
+                "updated_at": iso(v.updated_at),
+            }
+            for v in e.verdicts
+        ],
+    }
 
 
 # --- decoding an export ----------------------------------------------------------------------

@@ -311,9 +311,16 @@ class ValidationRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+# The views read an entry with its key, device and candidate set, each joined by its foreign key
+# the same way (the text of each view is what the migrations froze; only the order differs).
+_KEY = "JOIN keys k ON k.id = e.key_id\n"
+_DEVICE = "JOIN devices d ON d.id = e.device_id\n"
+_SET = "JOIN candidate_sets cs ON cs.id = e.candidate_set_id\n"
+
 #: One row per decision, readable with the sqlite3 shell and no tunecache installed. Migrations
 #: that change the tables keep these columns and their meaning.
-DECISIONS_VIEW = """
+DECISIONS_VIEW = (
+    """
 CREATE VIEW decisions AS
 SELECT
     e.id AS entry_id,
@@ -339,10 +346,11 @@ SELECT
     e.created_at AS created_at,
     e.updated_at AS updated_at
 FROM entries e
-JOIN keys k ON k.id = e.key_id
-JOIN devices d ON d.id = e.device_id
-JOIN candidate_sets cs ON cs.id = e.candidate_set_id
 """
+    + _KEY
+    + _DEVICE
+    + _SET
+)
 
 #: The resolver's read contract (migration 0003): stdlib sqlite3 reads these views and nothing
 #: else, so the hot path never imports SQLAlchemy. Every `_v1` column keeps its meaning forever;
@@ -362,10 +370,10 @@ SELECT
     d.fingerprint AS device,
     e.updated_at AS updated_at
 FROM entries e
-JOIN keys k ON k.id = e.key_id
-JOIN candidate_sets cs ON cs.id = e.candidate_set_id
-JOIN devices d ON d.id = e.device_id
-""",
+"""
+    + _KEY
+    + _SET
+    + _DEVICE,
     "read_verdicts_v1": """
 CREATE VIEW read_verdicts_v1 AS
 SELECT

@@ -26,7 +26,7 @@ from tunecache.tune.tuner import open_cache, tune
 if TYPE_CHECKING:
     from tunecache.cache import Cache
 
-__all__ = ["check_held_out", "evaluate", "measure_model"]
+__all__ = ["PAIRED_FIELDS", "check_held_out", "evaluate", "measure_model"]
 
 
 def evaluate(
@@ -106,6 +106,10 @@ def check_held_out(cache: Cache, held_out: Sequence[Model]) -> None:
             )
 
 
+#: the fields of a paired comparison (stats.Comparison) an EvaluationRow reports
+PAIRED_FIELDS = ("speedup", "low", "high", "p_faster", "p_slower", "pairs")
+
+
 def measure_model(
     model: Model, group: str, table: Table, pairs: int, alpha: float, min_change: float
 ) -> EvaluationRow:
@@ -130,8 +134,8 @@ def measure_model(
         sync=model.sync,
     )
     comparison = stats.compare(heuristic_times, cached_times, alpha=alpha)
-    # The paired test's own figures, by their names in both (speedup, interval, p, pairs).
-    paired = {name: value for name, value in comparison._asdict().items() if name != "noise"}
+    # The paired test's own figures, which the row keeps under the same names.
+    paired = {name: getattr(comparison, name) for name in PAIRED_FIELDS}
     return EvaluationRow(
         model=model.name,
         group=group,
