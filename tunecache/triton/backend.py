@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,32 +38,54 @@ def _first_device() -> int:
     return 0
 
 
-@dataclass(eq=False, kw_only=True, slots=True)
 class Backend:
-    """What the autotuner needs from the machine its kernels run on."""
+    """What the autotuner needs from the machine its kernels run on.
 
-    #: the identity of device number `index`, for the store's path and rows
-    device: Callable[[int], Device]
-    #: the number of the device the calling thread launches on
-    current: Callable[[], int] = _first_device
-    #: waits for the work this thread queued (None: work is synchronous)
-    sync: Callable[[], object] | None = None
-    #: exceptions that mean "this config cannot run here" (out of resources): recorded as the
-    #: config's failure and skipped, as Triton does; anything else propagates
-    failures: tuple[type[Exception], ...] = ()
-    #: a context that makes device `index` current (and, for background tuning, a stream of
-    #: the tuning thread's own)
-    context: Callable[[int, bool], contextlib.AbstractContextManager[Any]] = _no_context
-    #: a private copy of one argument (made when a key is borrowed), so that tuning it later
-    #: never writes the caller's tensors
-    clone: Callable[[Any], Any] = clone
-    #: for device `index`, a call that evicts the caches before each timed launch, or None
-    flush: Callable[[int], Callable[[], object] | None] | None = None
-    #: default `tunecache.bench.bench` options for this machine (copied)
-    bench: Mapping[str, Any] = field(default_factory=dict)
-    #: the config used when the caller gives none (Triton: one default `Config`)
-    default_config: Callable[[], Any] | None = None
+    - `device(index)`: the identity of device number `index`, for the store's path and rows;
+    - `current()`: the number of the device the calling thread launches on;
+    - `sync()`: waits for the work this thread queued (None: work is synchronous);
+    - `failures`: exceptions that mean "this config cannot run here" (out of resources),
+      recorded as the config's failure and skipped, as Triton does; anything else propagates;
+    - `context(index, background)`: makes device `index` current (and, for background tuning,
+      gives the tuning thread a stream of its own);
+    - `clone(value)`: a private copy of one argument (made when a key is borrowed), so that
+      tuning it later never writes the caller's tensors;
+    - `flush(index)`: for device `index`, a call that evicts the caches before each timed
+      launch, or None;
+    - `bench`: default `tunecache.bench.bench` options for this machine (a copy of the mapping
+      given, so the caller's dict is never shared);
+    - `default_config()`: the config used when the caller gives none (Triton: one `Config`).
 
-    def __post_init__(self) -> None:
-        # A copy, so that the caller's dict (GPU_BENCH, say) is never shared; None means none.
-        self.bench = dict(self.bench or {})
+    A plain class, not a dataclass: `dataclasses` pulls in `inspect`, about 4 ms of every
+    process that applies the decorator.
+    """
+
+    __slots__ = (
+        "bench",
+        "clone",
+        "context",
+        "current",
+        "default_config",
+        "device",
+        "failures",
+        "flush",
+        "sync",
+    )
+
+    def __init__(
+        self,
+        *,
+        device: Callable[[int], Device],
+        current: Callable[[], int] = _first_device,
+        sync: Callable[[], object] | None = None,
+        failures: tuple[type[Exception], ...] = (),
+        context: Callable[[int, bool], contextlib.AbstractContextManager[Any]] = _no_context,
+        clone: Callable[[Any], Any] = clone,
+        flush: Callable[[int], Callable[[], object] | None] | None = None,
+        bench: Mapping[str, Any] | None = None,
+        default_config: Callable[[], Any] | None = None,
+    ) -> None:
+        self.device, self.current, self.sync, self.failures = device, current, sync, failures
+        self.context, self.clone, self.flush = context, clone, flush
+        self.bench: dict[str, Any] = dict(bench or {})
+        self.default_config = default_config
