@@ -148,6 +148,8 @@ def test_golden_database_upgrades_with_its_content(
     assert after.pop("alembic_version") == [(migrate.HEAD,)]
     before.pop("alembic_version")
     assert after == before  # every row of every table, byte for byte
+    # The schema a new cache is made with, every index of migration 0004 included.
+    assert _schema(db) == _schema_of_new(device, tmp_path)
     blob = after["timing_records"][0][-1]
     assert [c.name for c in decode(blob).candidates] == ["mmm_4x4", "mmm_8x8"]
     with sqlite3.connect(db) as conn:
