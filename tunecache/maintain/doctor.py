@@ -99,25 +99,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _illegal_choices(conn: Connection) -> tuple[list[int], list[int]]:
-    """Entries whose choice or heuristic is not in their candidate set, and candidate sets
-    whose names do not match their checksum."""
-    sets = queries.set_checksums(conn)
-    names = {set_id: set_names for set_id, _, set_names in sets}
-    broken = [
-        link.id
-        for link in queries.entry_links(conn)
-        if link.choice not in names.get(link.set_id, ())
-        or (link.heuristic is not None and link.heuristic not in names.get(link.set_id, ()))
-    ]
-    bad_sets = []
-    for set_id, sum_, set_names in sets:
+def _bad_sets(conn: Connection) -> list[int]:
+    """Candidate sets whose names do not match their checksum (one row per set and name: a
+    file has far fewer of them than entries)."""
+    bad = []
+    for set_id, sum_, set_names in queries.set_checksums(conn):
         try:
             if checksum(set_names) != sum_:
-                bad_sets.append(set_id)
+                bad.append(set_id)
         except TunecacheError:
-            bad_sets.append(set_id)
-    return broken, bad_sets
+            bad.append(set_id)
+    return bad
 
 
 def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_Finding]:
@@ -152,13 +144,12 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             rows.fail_runs,
         )
     )
-    broken, bad_sets = _illegal_choices(conn)
     out.append(
         _Finding(
             "illegal-choices",
             "entries whose choice or heuristic is not in their candidate set",
             "delete them",
-            broken,
+            queries.illegal_choices(conn),
             _deleting(ENTRIES),
         )
     )
@@ -167,7 +158,7 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             "bad-candidate-sets",
             "candidate sets whose names do not match their checksum",
             None,
-            bad_sets,
+            _bad_sets(conn),
             None,
         )
     )
