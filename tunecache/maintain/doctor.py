@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Table
 
 from tunecache import codec
+from tunecache._cbor import check_bounds
 from tunecache.cache import Cache, Progress
 from tunecache.candidates import checksum
 from tunecache.device import Device
@@ -175,18 +176,36 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
 
 
 def _unreadable_records(conn: Connection, progress: Progress | None) -> list[int]:
+    """Timing records whose bytes the bounded decoder refuses before it builds anything: over
+    the size limit, or failing the pre-scan of every CBOR item header (docs/reliability.md says
+    why doctor checks that and does not decode every record)."""
     total = queries.count(conn, TIMING_RECORDS)
     bad = []
     for done, (record_id, data) in enumerate(queries.records(conn)):
         if progress is not None and done % 256 == 0:
             progress("records", done, total)
-        try:
-            codec.decode(bytes(data))
-        except (CodecError, TypeError):
+        if not _readable(data):
             bad.append(record_id)
     if progress is not None:
         progress("records", total, total)
     return bad
+
+
+def _readable(data: object) -> bool:
+    """Whether stored record bytes pass the size limit and the pre-scan of every CBOR header."""
+    if not isinstance(data, bytes):
+        return False
+    try:
+        check_bounds(
+            data,
+            max_size=codec.MAX_SIZE,
+            max_depth=codec.MAX_DEPTH,
+            max_items=codec.MAX_ITEMS,
+            prefix="timing record: ",
+        )
+    except CodecError:
+        return False
+    return True
 
 
 def _examine(
