@@ -434,6 +434,12 @@ def test_listing_reads_a_device_newest_first_from_its_index(stock: Stock) -> Non
         assert _unindexed(plans) == [], plans
         assert "ix_entries_device_id_updated_at" in plans[0][0]
     assert _unindexed(_asked(s.cache, lambda c: queries.count_entries(c, s.device))) == []
+    # A key's entries (what Cache.get asks) are looked up by the key, never found by walking
+    # every entry of the device in time order.
+    for where in (queries.EntryFilter(key="conv_F32_m1"), queries.EntryFilter(entry_id=1)):
+        [plan] = _asked(s.cache, lambda c, w=where: queries.entries(c, s.device, w))
+        [step] = [step for step in plan if step.startswith("SEARCH entries")]
+        assert "key_id=?" in step or "PRIMARY KEY" in step, plan
 
 
 def test_whole_file_checks_look_each_row_up_by_an_index(stock: Stock) -> None:

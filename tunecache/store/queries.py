@@ -163,6 +163,12 @@ class EntryFilter:
     def clauses(self, device: int) -> list[ColumnElement[bool]]:
         """The WHERE clauses that select these entries of the device row `device`."""
         where: list[ColumnElement[bool]] = [_E.c.device_id == device]
+        if self.key is not None:
+            # A key has a handful of entries, found by its index. SQLite keeps no statistics
+            # here, so it would rather walk all of the device's entries in the order of
+            # ix_entries_device_id_updated_at (to spare sorting those few): "+ 0" keeps any
+            # index from serving the device's condition.
+            where = [_E.c.device_id + 0 == device]
         if self.entry_id is not None:
             where.append(_E.c.id == self.entry_id)
         if self.key is not None:
