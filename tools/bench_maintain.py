@@ -5,6 +5,7 @@
 - `doctor` of the whole file (target: at most 2 s for 100,000 entries);
 - `prune --dry-run` choosing every kind at once (stale, unvalidated, older, masked: most of
   the entries), and choosing `masked` alone (about a tenth): the time to select and report;
+- the peak of traced memory of each of those calls, in one more round;
 - with `--base PATH`, a checkout of another tunecache (the commit before maintenance was
   decided in SQL: `mkdir /tmp/base && git archive 6e22301 | tar -x -C /tmp/base`), the same
   calls by that code on a file of the same rows made by that code, in the same rounds, each
@@ -51,18 +52,24 @@ DISTINCT_RECORDS = 512
 # What one timed call prints, as JSON on one line: run here and in a child of the --base code.
 # One round of timed calls, printed as JSON on one line: run by this code and by --base's.
 PROBE = r"""
-import json, os, sys, time
+import json, os, sys, time, tracemalloc
 from datetime import datetime
 sys.path.insert(0, sys.argv[1])
 os.environ["TUNECACHE_DIR"] = sys.argv[2]
 import tunecache
 from tunecache import maintain
 cutoff = datetime.fromisoformat(sys.argv[3])
+memory = sys.argv[4] == "memory"  # peak memory instead of time (tracemalloc slows it)
 out = {}
 def timed(name, call):
+    if memory:
+        tracemalloc.start()
     t = time.perf_counter()
     result = call()
     out[name + "_s"] = time.perf_counter() - t
+    if memory:
+        out[name + "_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
     return result
 with tunecache.open(client="benchrt", client_version="1.0", threads=1) as cache:
     report = timed("doctor", lambda: maintain.doctor(cache))
@@ -270,11 +277,13 @@ def _verdicts(conn: sqlite3.Connection, rng: random.Random, n: int) -> None:
     )
 
 
-def _probe(code_root: Path, cache_root: Path) -> dict[str, object]:
-    """One doctor and one dry-run prune of the cache under `cache_root`, by the tunecache at
-    `code_root`, in a fresh process (so neither side keeps the other's warm state)."""
+def _probe(code_root: Path, cache_root: Path, memory: bool = False) -> dict[str, object]:
+    """The calls TIMED names on the cache under `cache_root`, by the tunecache at `code_root`,
+    in a fresh process (so neither side keeps the other's warm state); with `memory`, each
+    call's peak of traced memory too."""
+    mode = "memory" if memory else "time"
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(code_root), str(cache_root), CUTOFF.isoformat()],
+        [sys.executable, "-c", PROBE, str(code_root), str(cache_root), CUTOFF.isoformat(), mode],
         capture_output=True,
         text=True,
         check=True,
@@ -335,7 +344,11 @@ def main() -> int:
             ours.append(_probe(here, root))
             if args.base is not None:
                 theirs.append(_probe(args.base.resolve(), base_root))
+        memory = [_probe(here, root, memory=True)]
+        if args.base is not None:
+            memory.append(_probe(args.base.resolve(), base_root, memory=True))
     ok = _report(args.entries, ours, theirs)
+    _report_memory(*memory)
     print("\nall targets met" if ok else "\nSOME TARGETS MISSED")
     return 0 if ok else 1
 
@@ -370,13 +383,26 @@ def _report(n: int, ours: list[dict[str, object]], theirs: list[dict[str, object
     print(f"  --masked: {len(last['masked']):,} entries, orphans {last['masked_orphans']}")  # type: ignore[arg-type]
     if theirs:
         same = all(
-            {k: v for k, v in a.items() if not k.endswith("_s")}
-            == {k: v for k, v in b.items() if not k.endswith("_s")}
+            {k: v for k, v in a.items() if not k.endswith(("_s", "_mib"))}
+            == {k: v for k, v in b.items() if not k.endswith(("_s", "_mib"))}
             for a, b in zip(ours, theirs, strict=True)
         )
         print(f"  same findings and the same entries selected: {'yes' if same else 'NO'}")
         ok = ok and same
     return ok
+
+
+def _report_memory(ours: dict[str, object], theirs: dict[str, object] | None = None) -> None:
+    print("\n  peak traced memory of each call (tracemalloc), one more round")
+    for key, name in TIMED.items():
+        after = float(ours[f"{key}_mib"])  # type: ignore[arg-type]
+        line = f"  {name:<30} "
+        if theirs is not None:
+            before = float(theirs[f"{key}_mib"])  # type: ignore[arg-type]
+            line += f"{before:>12.1f} MiB {after:>6.1f} MiB {after / before:>12.3f}x"
+        else:
+            line += f"{after:>6.1f} MiB"
+        print(line)
 
 
 if __name__ == "__main__":
