@@ -6,10 +6,13 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from tests.maintain.conftest import Filled
 from tests.store_helpers import sql
 from tunecache import maintain
 from tunecache.cache import Cache
+from tunecache.errors import CodecError
 from tunecache.store import rows
 
 
@@ -129,3 +132,23 @@ def test_doctor_reports_its_progress_and_its_json_form(filled: Filled) -> None:
     shown = report.as_dict()
     assert shown["healthy"] is True and shown["integrity"] == ["ok"] and shown["problems"] == []
     assert (shown["path"], shown["entries"], shown["repair"]) == (str(filled.cache.path), 4, False)
+
+
+def test_doctor_checks_the_structure_of_every_record_and_reading_checks_the_rest(
+    filled: Filled,
+) -> None:
+    # What the bounded pre-scan refuses is found, and repair deletes it: cut short, an
+    # unfinished container, trailing bytes, a tag, text where bytes belong.
+    [(blob,)] = sql(filled.cache.path, "SELECT data FROM timing_records")
+    for damage in (blob[:-3], b"\xa1", blob + b"\x00", b"\xc1\x00", "text"):
+        sql(filled.cache.path, "UPDATE timing_records SET data = ?", damage)
+        [problem] = maintain.doctor(filled.cache).problems
+        assert (problem.kind, problem.count) == ("unreadable-records", 1), damage
+    # Sound CBOR that breaks the record's schema (here a map without the candidates) is
+    # refused when the record is read, in one line, and the rest of the cache reads on.
+    sql(filled.cache.path, "UPDATE timing_records SET data = ?", bytes.fromhex("a1617601"))
+    assert maintain.doctor(filled.cache).problems == ()
+    with pytest.raises(CodecError, match="timing record: ") as info:
+        filled.cache.record(filled.mixed)
+    assert "\n" not in str(info.value)
+    assert filled.cache.get("conv_F32_m64_k3") is not None

@@ -124,20 +124,32 @@ def test_a_new_database_is_created_and_stamped(device: Device, tmp_path: Path) -
         assert cache.outcome is migrate.Outcome.CURRENT
 
 
-def test_golden_database_of_the_first_revision_upgrades_with_its_content(
-    device: Device, tmp_path: Path
+#: the golden database of every released revision (tests/golden/make_golden.py), oldest first
+GOLDENS = sorted(GOLDEN.glob("rev*.db"))
+
+
+def test_every_golden_database_is_found() -> None:
+    assert [g.name for g in GOLDENS[:3]] == ["rev0001.db", "rev0002.db", "rev0003.db"]
+
+
+@pytest.mark.parametrize("golden", GOLDENS, ids=lambda p: p.stem)
+def test_golden_database_upgrades_with_its_content(
+    golden: Path, device: Device, tmp_path: Path
 ) -> None:
     db = tmp_path / "old.db"
-    shutil.copy(GOLDEN / "rev0001.db", db)
+    shutil.copy(golden, db)
     before = all_rows(db)
     assert before["timing_records"] and before["candidate_timings"] and before["validations"]
+    at_head = golden.stem == f"rev{migrate.HEAD}"
     with Cache.open(device=device, path=db) as cache:
-        assert cache.outcome is migrate.Outcome.UPGRADED
+        assert cache.outcome is (migrate.Outcome.CURRENT if at_head else migrate.Outcome.UPGRADED)
         assert cache.revision() == migrate.HEAD
     after = all_rows(db)
     assert after.pop("alembic_version") == [(migrate.HEAD,)]
     before.pop("alembic_version")
     assert after == before  # every row of every table, byte for byte
+    # The schema a new cache is made with, every index of migration 0004 included.
+    assert _schema(db) == _schema_of_new(device, tmp_path)
     blob = after["timing_records"][0][-1]
     assert [c.name for c in decode(blob).candidates] == ["mmm_4x4", "mmm_8x8"]
     with sqlite3.connect(db) as conn:

@@ -9,14 +9,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import Connection, event, select
 
 from tests.store_helpers import NAMES, RESNET, backdate, judge, sql, timing
 from tunecache import codec
 from tunecache.cache import Cache, Entry
+from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.keys import parse
 from tunecache.store import queries, rows
-from tunecache.store.models import CANDIDATE_SETS, DEVICES, KEYS, MODELS
+from tunecache.store.models import CANDIDATE_SETS, DEVICES, ENTRIES, KEYS, MODELS
 
 OLD = datetime(2020, 1, 1, tzinfo=UTC)
 
@@ -272,6 +274,13 @@ def test_verdicts_filtered_by_entry_model_fingerprint_and_device(stock: Stock, t
 # --- runs --------------------------------------------------------------------------------------
 
 
+def _open_run_touched(conn: Connection, device: int) -> set[int]:
+    """Ids of the device's entries that a run still open wrote or judged."""
+    e = ENTRIES.alias("e")
+    query = select(e.c.id).where(e.c.device_id == device, queries.open_run_touched(e))
+    return set(conn.execute(query).scalars())
+
+
 def test_runs_by_id_by_notes_and_still_running(cache: Cache) -> None:
     with cache.run("tune", notes="first") as first:
         entry = cache.put("conv_F32_m1", choice="direct", candidates=NAMES, run_id=first)
@@ -280,14 +289,14 @@ def test_runs_by_id_by_notes_and_still_running(cache: Cache) -> None:
             assert device is not None
             assert queries.running_runs(tx.conn, socket.gethostname()) == [(first, os.getpid())]
             assert queries.running_runs(tx.conn, "another-host") == []
-            assert queries.open_run_entries(tx.conn, device) == {entry.id}
+            assert _open_run_touched(tx.conn, device) == {entry.id}
     with cache.run("validate", notes="first") as second:
         # An entry judged by a run still open counts too.
         cache.validate(entry, model="m", fingerprint="f", verdict="masked", run_id=second)
         with cache.transaction() as tx:
-            assert queries.open_run_entries(tx.conn, device) == {entry.id}
+            assert _open_run_touched(tx.conn, device) == {entry.id}
     with cache.transaction() as tx:
-        assert queries.open_run_entries(tx.conn, device) == set()
+        assert _open_run_touched(tx.conn, device) == set()
         assert queries.running_runs(tx.conn, socket.gethostname()) == []
         assert queries.runs_noted(tx.conn, device, "first", "finished") == [first, second]
         assert queries.runs_noted(tx.conn, device, "first", "failed") == []
@@ -355,3 +364,159 @@ def _dangling_verdict(cache: Cache) -> int:
     )
     [(rowid,)] = sql(cache.path, "SELECT rowid FROM validations WHERE entry_id = 9999")
     return int(rowid)
+
+
+# --- query plans: every listing and maintenance question has its index (migration 0004) -------
+
+
+def _plans(cache: Cache, run: Callable[[], object]) -> list[list[str]]:
+    """SQLite's plan of every statement but PRAGMAs that `run()` makes on `cache`."""
+    ran: list[tuple[str, Any]] = []
+
+    def seen(conn: object, cursor: object, statement: str, params: Any, *rest: object) -> None:
+        ran.append((statement, params))
+
+    event.listen(cache.engine, "before_cursor_execute", seen)
+    try:
+        run()
+    finally:
+        event.remove(cache.engine, "before_cursor_execute", seen)
+    plans = []
+    with cache.transaction() as tx:
+        for sql, params in ran:
+            if not sql.lstrip().upper().startswith(("SELECT", "DELETE", "UPDATE")):
+                continue
+            # Each step is written after the steps it runs inside: "CORRELATED ... > SCAN x"
+            # is a scan run once per outer row.
+            steps: dict[int, str] = {}
+            plan = []
+            for node, parent, _, detail in tx.conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + sql, params
+            ):
+                steps[node] = f"{steps[parent]} > {detail}" if parent in steps else str(detail)
+                plan.append(steps[node])
+            plans.append(plan)
+    return plans
+
+
+def _asked(cache: Cache, question: Callable[[Connection], object]) -> list[list[str]]:
+    """The plans of one question of `queries`, asked in a read transaction of `cache`."""
+
+    def ask() -> None:
+        with cache.transaction() as tx:
+            question(tx.conn)
+
+    return _plans(cache, ask)
+
+
+def _unindexed(plans: list[list[str]], *allowed: str) -> list[str]:
+    """The steps of `plans` that read a whole table, sort rows no index orders or build an
+    index of their own, except the `allowed` ones (each the start of a step) where they run
+    once: never within a correlated subquery, which runs once per row."""
+    out = []
+    for plan in plans:
+        for path in plan:
+            *outer, step = path.split(" > ")
+            if step.startswith(("SCAN (subquery", "SCAN anon_")):
+                continue  # reading back what a subquery made
+            if step.startswith("SCAN ") or "TEMP B-TREE" in step or "AUTOMATIC" in step:
+                once = not any("CORRELATED" in o for o in outer)
+                if not (once and step.startswith(allowed)):
+                    out.append(path)
+    return out
+
+
+def test_listing_reads_a_device_newest_first_from_its_index(stock: Stock) -> None:
+    s = stock
+    newest = queries.EntryFilter()
+    for where in (newest, queries.EntryFilter(older_than=OLD), queries.EntryFilter(status="x")):
+        plans = _asked(s.cache, lambda c, w=where: queries.entries(c, s.device, w, limit=50))
+        assert _unindexed(plans) == [], plans
+        assert "ix_entries_device_id_updated_at" in plans[0][0]
+    assert _unindexed(_asked(s.cache, lambda c: queries.count_entries(c, s.device))) == []
+    # A key's entries (what Cache.get asks) are looked up by the key, never found by walking
+    # every entry of the device in time order.
+    for where in (queries.EntryFilter(key="conv_F32_m1"), queries.EntryFilter(entry_id=1)):
+        [plan] = _asked(s.cache, lambda c, w=where: queries.entries(c, s.device, w))
+        [step] = [step for step in plan if step.startswith("SEARCH entries")]
+        assert "key_id=?" in step or "PRIMARY KEY" in step, plan
+
+
+def test_whole_file_checks_look_each_row_up_by_an_index(stock: Stock) -> None:
+    s = stock
+    for kind, (table, _) in queries.ORPHANS.items():
+        # Every row of the table checked is read once (that is the question); what it is
+        # checked against is looked up.
+        plans = _asked(s.cache, lambda c, k=kind: queries.orphans(c, k, "fp"))
+        assert _unindexed(plans, f"SCAN {table.name}") == [], (kind, plans)
+    plans = _asked(s.cache, queries.illegal_choices)
+    assert _unindexed(plans, "SCAN entries") == [], plans
+    assert _unindexed(_asked(s.cache, lambda c: queries.running_runs(c, "host"))) == []
+
+
+@pytest.mark.parametrize("kind", ["stale", "current", "unvalidated", "older", "masked"])
+def test_prune_selects_through_indexes(stock: Stock, kind: str) -> None:
+    s = stock
+
+    def select(conn: Connection) -> None:
+        stale = None
+        if kind in ("stale", "current"):
+            current = {"conv_F32": "x"} if kind == "current" else None
+            stale = queries.stale_sets(conn, s.device, current)
+        selection = queries.PruneSelection(
+            s.device,
+            stale,
+            kind == "unvalidated",
+            OLD if kind == "older" else None,
+            kind == "masked",
+        )
+        found = queries.prunable(conn, selection)
+        queries.orphaned_sets(conn, selection, {row.set_id for row in found} | {1})
+
+    plans = _asked(s.cache, select)
+    # Allowed: reading every candidate set (a handful per signature); sorting what prune
+    # reports into key order, and the stale question's ranking of each signature's entries
+    # by time: both order rows by columns of two tables, which no one index holds.
+    assert _unindexed(plans, "SCAN candidate_sets", "USE TEMP B-TREE FOR ORDER BY") == [], plans
+    assert not [step for step in plans[-1] if "TEMP B-TREE" in step], plans[-1]
+
+
+def test_prune_and_doctor_read_each_table_at_most_once_and_look_up_the_rest(
+    stock: Stock,
+) -> None:
+    from tunecache import maintain
+
+    s = stock
+    plans = _plans(s.cache, lambda: maintain.doctor(s.cache))
+    # The whole-file checks read every row of what they check, once; nothing else.
+    once = ["SCAN entries", "SCAN keys", "SCAN candidate", "SCAN models", "SCAN devices"]
+    once += ["SCAN timing_records", "SCAN runs", "SCAN sqlite_master", "SCAN alembic_version"]
+    assert _unindexed(plans, *once) == [], plans
+    kinds = {"stale": True, "unvalidated": True, "older_than": OLD, "masked": True}
+    plans = _plans(s.cache, lambda: maintain.prune(s.cache, **kinds))
+    assert _unindexed(plans, "SCAN candidate_sets", "USE TEMP B-TREE FOR ORDER BY") == [], plans
+
+
+def test_the_sets_prune_leaves_unused_among_those_it_was_given(stock: Stock) -> None:
+    s = stock
+    sets = {row.id: row.set_id for row in s.ask(queries.entries)}
+    short, convx, matmul = sets[s.short.id], sets[s.convx.id], sets[s.matmul.id]
+    with s.cache.transaction() as tx:
+        selection = queries.PruneSelection(s.device, stale=(short, convx))
+        # convx's set goes too, but was not asked about; matmul's keeps its entry.
+        assert queries.orphaned_sets(tx.conn, selection, {short, matmul}) == [short]
+        assert queries.orphaned_sets(tx.conn, selection, {short, convx}) == [short, convx]
+        assert queries.orphaned_sets(tx.conn, selection, ()) == []
+
+
+def test_stale_sets_against_the_lists_given_or_the_latest_tuned(stock: Stock) -> None:
+    s = stock
+    sets = {row.id: row.set_id for row in s.ask(queries.entries)}
+    with s.cache.transaction() as tx:
+        given = {"conv_F32": checksum(NAMES), "absent_F32": "x"}
+        assert queries.stale_sets(tx.conn, s.device, given) == (sets[s.short.id],)
+        given = {"conv_F32": checksum(NAMES[:2])}
+        assert queries.stale_sets(tx.conn, s.device, given) == (sets[s.conv.id],)
+        # Without lists: conv_F32's latest entry is the short one, every other signature has
+        # one set only.
+        assert queries.stale_sets(tx.conn, s.device) == (sets[s.conv.id],)

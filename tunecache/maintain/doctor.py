@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Table
 
 from tunecache import codec
+from tunecache._cbor import check_bounds
 from tunecache.cache import Cache, Progress
 from tunecache.candidates import checksum
 from tunecache.device import Device
@@ -99,25 +100,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _illegal_choices(conn: Connection) -> tuple[list[int], list[int]]:
-    """Entries whose choice or heuristic is not in their candidate set, and candidate sets
-    whose names do not match their checksum."""
-    sets = queries.set_checksums(conn)
-    names = {set_id: set_names for set_id, _, set_names in sets}
-    broken = [
-        link.id
-        for link in queries.entry_links(conn)
-        if link.choice not in names.get(link.set_id, ())
-        or (link.heuristic is not None and link.heuristic not in names.get(link.set_id, ()))
-    ]
-    bad_sets = []
-    for set_id, sum_, set_names in sets:
+def _bad_sets(conn: Connection) -> list[int]:
+    """Candidate sets whose names do not match their checksum (one row per set and name: a
+    file has far fewer of them than entries)."""
+    bad = []
+    for set_id, sum_, set_names in queries.set_checksums(conn):
         try:
             if checksum(set_names) != sum_:
-                bad_sets.append(set_id)
+                bad.append(set_id)
         except TunecacheError:
-            bad_sets.append(set_id)
-    return broken, bad_sets
+            bad.append(set_id)
+    return bad
 
 
 def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_Finding]:
@@ -152,13 +145,12 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             rows.fail_runs,
         )
     )
-    broken, bad_sets = _illegal_choices(conn)
     out.append(
         _Finding(
             "illegal-choices",
             "entries whose choice or heuristic is not in their candidate set",
             "delete them",
-            broken,
+            queries.illegal_choices(conn),
             _deleting(ENTRIES),
         )
     )
@@ -167,7 +159,7 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             "bad-candidate-sets",
             "candidate sets whose names do not match their checksum",
             None,
-            bad_sets,
+            _bad_sets(conn),
             None,
         )
     )
@@ -184,18 +176,36 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
 
 
 def _unreadable_records(conn: Connection, progress: Progress | None) -> list[int]:
+    """Timing records whose bytes the bounded decoder refuses before it builds anything: over
+    the size limit, or failing the pre-scan of every CBOR item header (docs/reliability.md says
+    why doctor checks that and does not decode every record)."""
     total = queries.count(conn, TIMING_RECORDS)
     bad = []
     for done, (record_id, data) in enumerate(queries.records(conn)):
         if progress is not None and done % 256 == 0:
             progress("records", done, total)
-        try:
-            codec.decode(bytes(data))
-        except (CodecError, TypeError):
+        if not _readable(data):
             bad.append(record_id)
     if progress is not None:
         progress("records", total, total)
     return bad
+
+
+def _readable(data: object) -> bool:
+    """Whether stored record bytes pass the size limit and the pre-scan of every CBOR header."""
+    if not isinstance(data, bytes):
+        return False
+    try:
+        check_bounds(
+            data,
+            max_size=codec.MAX_SIZE,
+            max_depth=codec.MAX_DEPTH,
+            max_items=codec.MAX_ITEMS,
+            prefix="timing record: ",
+        )
+    except CodecError:
+        return False
+    return True
 
 
 def _examine(

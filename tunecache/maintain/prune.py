@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -49,46 +49,6 @@ class PruneReport(Report):
     spared_active: int = 0
 
 
-def _current_sets(
-    found: Sequence[queries.StoredEntry], current: Mapping[str, Sequence[str]] | None
-) -> dict[str, str]:
-    """The current candidate-set checksum of each signature judged.
-
-    With `current` (signature -> the client's list now), exactly those signatures; without, the
-    set each signature of this device was most recently tuned against.
-    """
-    if current is not None:
-        return {sig: checksum(names) for sig, names in current.items()}
-    latest: dict[str, tuple[datetime, int, str]] = {}
-    for row in found:
-        seen = (row.updated_at, row.id, row.checksum)
-        if row.signature not in latest or seen > latest[row.signature]:
-            latest[row.signature] = seen
-    return {sig: value[2] for sig, value in latest.items()}
-
-
-def _reasons(
-    row: queries.StoredEntry,
-    said: list[str],
-    sets: Mapping[str, str] | None,
-    *,
-    unvalidated: bool,
-    older_than: datetime | None,
-    masked: bool,
-) -> list[str]:
-    """Why each chosen kind would remove this entry (`said`: the verdicts it has)."""
-    reasons = []
-    if sets is not None and row.signature in sets and sets[row.signature] != row.checksum:
-        reasons.append("stale")
-    if unvalidated and "validated" not in said:
-        reasons.append("unvalidated")
-    if older_than is not None and row.updated_at < older_than:
-        reasons.append("older")
-    if masked and said and all(v == "masked" for v in said):
-        reasons.append("masked")
-    return reasons
-
-
 def _select_prunable(
     conn: Connection,
     device_id: int,
@@ -98,59 +58,31 @@ def _select_prunable(
     unvalidated: bool,
     older_than: datetime | None,
     masked: bool,
-) -> tuple[list[PrunedEntry], int]:
-    """The entries each chosen kind would remove, with their reasons, and how many were spared."""
-    verdicts: dict[int, list[str]] = {}
-    for v in queries.verdicts(conn, device_id):
-        verdicts.setdefault(v.entry_id, []).append(v.verdict)
-    # An entry still being tuned or validated is never pruned under the writer's feet.
-    active = queries.open_run_entries(conn, device_id)
-    found = queries.entries(conn, device_id, order="key")
-    sets = _current_sets(found, current) if stale else None
-    chosen: list[PrunedEntry] = []
-    spared = 0
-    for row in found:
-        reasons = _reasons(
-            row,
-            verdicts.get(row.id, []),
-            sets,
-            unvalidated=unvalidated,
-            older_than=older_than,
-            masked=masked,
-        )
-        if not reasons:
-            continue
-        if row.id in active:
-            spared += 1
-            continue
-        chosen.append(
-            PrunedEntry(
-                row.id,
-                row.key,
-                row.checksum,
-                row.choice,
-                row.status,
-                row.updated_at,
-                tuple(reasons),
-            )
-        )
-    return chosen, spared
+) -> tuple[list[PrunedEntry], int, list[int], list[int]]:
+    """The entries each chosen kind would remove, with their reasons, how many were spared,
+    and the keys and candidate sets that would have no entry left once they are gone.
 
-
-def _orphans(conn: Connection, removed: Iterable[int]) -> tuple[list[int], list[int]]:
-    """The keys and candidate sets that would have no entry left once `removed` are gone."""
-    gone = set(removed)
-    keys: dict[int, bool] = {}
-    sets: dict[int, bool] = {}
-    for link in queries.entry_links(conn):
-        kept = link.id not in gone
-        keys[link.key_id] = keys.get(link.key_id, False) or kept
-        sets[link.set_id] = sets.get(link.set_id, False) or kept
-    # Only rows this prune leaves empty: rows that were orphans already are doctor's business.
-    return (
-        sorted(k for k, kept in keys.items() if not kept),
-        sorted(s for s, kept in sets.items() if not kept),
-    )
+    SQL decides all of it (`queries.prunable`, `queries.orphaned_sets`): only the selected
+    entries reach Python. An entry still being tuned or validated is never pruned under the
+    writer's feet. Only rows this prune leaves empty count as orphans: rows that were orphans
+    already are doctor's business.
+    """
+    stale_sets = None
+    if stale:
+        sums = None if current is None else {sig: checksum(n) for sig, n in current.items()}
+        stale_sets = queries.stale_sets(conn, device_id, sums)
+    selection = queries.PruneSelection(device_id, stale_sets, unvalidated, older_than, masked)
+    found = queries.prunable(conn, selection)
+    chosen = [row for row in found if not row.spared]
+    entries = [
+        PrunedEntry(
+            row.id, row.key, row.checksum, row.choice, row.status, row.updated_at, row.reasons
+        )
+        for row in chosen
+    ]
+    keys = sorted({row.key_id for row in chosen if row.last_of_key})
+    sets = queries.orphaned_sets(conn, selection, {row.set_id for row in chosen})
+    return entries, len(found) - len(chosen), keys, sets
 
 
 def _parse_current(current: Mapping[str, Sequence[str]] | None) -> dict[str, tuple[str, ...]]:
@@ -229,7 +161,7 @@ def _prune_entries(
         device_id = tx.device_id()
         if device_id is None:
             return PruneReport(dry_run=dry_run, orphans={"keys": 0, "candidate_sets": 0})
-        chosen, spared = _select_prunable(
+        chosen, spared, keys, sets = _select_prunable(
             tx.conn,
             device_id,
             stale=stale,
@@ -239,7 +171,6 @@ def _prune_entries(
             masked=masked,
         )
         ids = [e.id for e in chosen]
-        keys, sets = _orphans(tx.conn, ids)
         if not dry_run:
             # Foreign keys cascade to timing records, candidate timings and verdicts.
             rows.delete_ids(tx.conn, ENTRIES, ids)

@@ -201,7 +201,10 @@ class RunRow(Base):
     """A log line for one tuning, validation or import session."""
 
     __tablename__ = "runs"
-    __table_args__ = _numbered(_one_of("status", RUN_STATUSES))
+    # device_id: a device with runs is not an orphan; status: the runs still open (0004).
+    __table_args__ = _numbered(
+        _one_of("status", RUN_STATUSES), Index(None, "device_id"), Index(None, "status")
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(Text)
@@ -225,6 +228,11 @@ class EntryRow(Base):
         UniqueConstraint("device_id", "key_id", "candidate_set_id"),
         _one_of("status", ENTRY_STATUSES),
         Index(None, "key_id"),
+        # Migration 0004: the foreign keys maintenance follows, and a device's entries newest
+        # first (every index ends with the id, so `updated_at DESC, id DESC` needs no sort).
+        Index(None, "candidate_set_id"),
+        Index(None, "run_id"),
+        Index(None, "device_id", "updated_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -296,6 +304,7 @@ class ValidationRow(Base):
         UniqueConstraint("model_id", "entry_id"),
         _one_of("verdict", VERDICTS),
         Index(None, "entry_id"),
+        Index(None, "run_id"),  # migration 0004: the verdicts of a run still open
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

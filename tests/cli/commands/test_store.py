@@ -14,6 +14,7 @@ from tunecache._version import __version__
 from tunecache.cache import Cache
 from tunecache.cli import EXIT_USAGE, main
 from tunecache.device import detect
+from tunecache.store import migrate
 
 
 def test_where_creates_the_cache_and_prints_its_path(_isolated_cache_root: Path) -> None:
@@ -22,7 +23,7 @@ def test_where_creates_the_cache_and_prints_its_path(_isolated_cache_root: Path)
     device = detect()
     db = _isolated_cache_root / "tune" / __version__ / f"{device.cpu}-t{device.threads}"
     assert re.search(rf"^database: +{re.escape(str(db / 'cache.db'))}$", done.stdout, re.MULTILINE)
-    assert re.search(r"^revision: +0003$", done.stdout, re.MULTILINE)
+    assert re.search(rf"^revision: +{migrate.HEAD}$", done.stdout, re.MULTILINE)
     assert re.search(r"^entries: +0$", done.stdout, re.MULTILINE)
     assert (db / "cache.db").is_file()
 
