@@ -16,6 +16,7 @@ from tunecache.candidates import checksum
 from tunecache.keys import make_key, parse
 from tunecache.store import bulk, queries
 from tunecache.store.models import utcnow
+from tunecache.store.prepared import Lookup, Prepared
 
 SUM = checksum(NAMES)
 
@@ -189,3 +190,20 @@ def test_keys_sets_and_models_are_found_before_they_are_made(cache: Cache) -> No
 def test_a_key_row_keeps_its_dims_as_text(dims: dict[str, int]) -> None:
     key = make_key("mm_F32", **dims)
     assert bulk.dims_text(key) == " ".join(f"{k}={v}" for k, v in dims.items())
+
+
+def test_every_statement_of_a_batch_finds_its_rows_by_an_index(cache: Cache) -> None:
+    # A batch looks rows up by the thousand: a full scan of a fleet-size table in any of them
+    # would cost more than the whole batch.
+    statements = [s for s in vars(bulk).values() if isinstance(s, Prepared)]
+    statements += [s.prepared(4) for s in vars(bulk).values() if isinstance(s, Lookup)]
+    assert len(statements) > 20
+    dialect = cache.engine.dialect
+    with cache.transaction() as tx:
+        for statement in statements:
+            text = statement.text(dialect)
+            if text.startswith("INSERT"):
+                continue
+            plan = tx.conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {text}", (None,) * text.count("?"))
+            steps = [str(row[-1]) for row in plan]
+            assert all(step.startswith("SEARCH") for step in steps), (text, steps)

@@ -90,8 +90,9 @@ _UPDATE_VERDICT_CREATED = Prepared(
 )
 
 
+# Each matches the first column of an index: keys.text, (signature, checksum), (name, fingerprint).
 _FIND_KEY = Lookup(select(_K.c.id, _K.c.text), _K.c.text)
-_FIND_SET = Lookup(select(_S.c.id, _S.c.checksum, _S.c.signature), _S.c.checksum)
+_FIND_SET = Lookup(select(_S.c.id, _S.c.signature, _S.c.checksum), _S.c.signature)
 _FIND_MODEL = Lookup(select(_M.c.id, _M.c.name, _M.c.fingerprint), _M.c.name)
 _OF_DEVICE = _E.c.device_id == bindparam("w_device")
 _NEW_ENTRIES = Lookup(
@@ -114,8 +115,8 @@ _VERDICTS_ON = Lookup(select(_V.c.model_id, _V.c.entry_id), _V.c.entry_id)
 
 
 class TimingRow(NamedTuple):
-    """One candidate's summary row of a timing record (`candidate_timings`), its columns in
-    the order `_TIMING_VALUES` names them."""
+    """One candidate's summary row of a timing record: the columns of `candidate_timings` but
+    its record's id."""
 
     name: str
     #: how many samples, and how many calls each one averaged
@@ -284,7 +285,7 @@ def write_entries(
     )[0]
     set_ids = _set_ids(conn, entries, now)
     places = [
-        (key_ids[text], set_ids[e.checksum, e.key.signature])
+        (key_ids[text], set_ids[e.key.signature, e.checksum])
         for text, e in zip(texts, entries, strict=True)
     ]
     slots = _collapse(entries, places, _entries_at(conn, device, places))
@@ -333,13 +334,13 @@ def _find_or_make(
 def _set_ids(
     conn: Connection, entries: Sequence[EntryWrite], now: datetime
 ) -> dict[tuple[Any, ...], int]:
-    """The ids of the entries' candidate sets by (checksum, signature), made with their
+    """The ids of the entries' candidate sets by (signature, checksum), made with their
     candidates where new."""
-    names = {(e.checksum, e.key.signature): e.names for e in entries}
+    names = {(e.key.signature, e.checksum): e.names for e in entries}
     found, made = _find_or_make(
         conn,
         _FIND_SET,
-        {key: (key[1], key[0], len(names[key]), now) for key in names},
+        {key: (*key, len(names[key]), now) for key in names},
         _INSERT_SET,
     )
     _INSERT_CANDIDATE.run(

@@ -17,6 +17,7 @@ column type (`models.UTCDateTime`) converts both ways, as SQLAlchemy would.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Connection, Delete, Select, Table, Update, bindparam
@@ -101,6 +102,10 @@ class Prepared:
         self._forms[dialect.name] = form
         return form
 
+    def text(self, dialect: Dialect) -> str:
+        """The statement as `dialect` runs it (for EXPLAIN, and for reading)."""
+        return self._form(dialect).sql
+
     def _params(self, form: _Form, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
         params: list[Any] = list(rows)
         if form.stamps:
@@ -108,7 +113,12 @@ class Prepared:
             memo: dict[Any, Any] = {}
             params = [_converted(row, form.stamps, memo) for row in params]
         if form.order is not None:
-            params = [tuple(row[i] for i in form.order) for row in params]
+            pick = itemgetter(*form.order)
+            params = (
+                [pick(row) for row in params]
+                if len(form.order) > 1
+                else [(pick(row),) for row in params]
+            )
         if form.names is not None:
             params = [dict(zip(form.names, row, strict=True)) for row in params]
         return params
@@ -157,19 +167,24 @@ class Lookup:
         self.params = tuple(params)
         self._sized: dict[int, Prepared] = {}
 
+    def prepared(self, size: int) -> Prepared:
+        """The query for `size` values (one of LOOKUP_SIZES), built on first use."""
+        found = self._sized.get(size)
+        if found is None:
+            names = [f"w_in{i}" for i in range(size)]
+            query = self.query.where(self.column.in_([bindparam(n) for n in names]))
+            found = self._sized[size] = Prepared(query, (*self.params, *names))
+        return found
+
     def rows(
         self, conn: Connection, values: Sequence[Any], *fixed: Any
     ) -> Iterator[tuple[Any, ...]]:
         """The rows whose column holds one of `values`, `fixed` being the query's parameters."""
         for part in chunks(values):
             size = next(s for s in LOOKUP_SIZES if s >= len(part))
-            prepared = self._sized.get(size)
-            if prepared is None:
-                names = [f"w_in{i}" for i in range(size)]
-                query = self.query.where(self.column.in_([bindparam(n) for n in names]))
-                prepared = self._sized[size] = Prepared(query, (*self.params, *names))
             # NULL matches nothing in an IN list: the padding finds no row.
-            yield from prepared.fetch(conn, (*fixed, *part, *[None] * (size - len(part))))
+            padded = (*fixed, *part, *[None] * (size - len(part)))
+            yield from self.prepared(size).fetch(conn, padded)
 
 
 def _cursor(conn: Connection) -> Any:
