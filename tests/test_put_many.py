@@ -19,6 +19,7 @@ from tests.store_helpers import (
     decisions,
     mmm_record,
     put_one_by_one,
+    snapshot,
     sql,
     timeless_rows,
 )
@@ -213,7 +214,7 @@ def test_one_bad_entry_writes_nothing_and_the_error_names_its_position_and_key(
     cache: Cache, bad: dict[str, Any], error: type[Exception], says: str
 ) -> None:
     cache.put(RFC_TEXT, choice="mmm_8x8", candidates=NAMES, record=mmm_record())
-    before = all_rows(cache.path)
+    before = snapshot(cache.path)  # every row, and the database and WAL bytes
     fields: dict[str, Any] = {"key": _key(3), "choice": "mmm_8x8", "candidates": NAMES, **bad}
     batch = [NewEntry(_key(i), "mmm_4x4", NAMES, record=mmm_record()) for i in range(5)]
     batch[3] = NewEntry(**fields)
@@ -223,7 +224,7 @@ def test_one_bad_entry_writes_nothing_and_the_error_names_its_position_and_key(
     assert message.startswith("entry 3 (") and says in message
     assert str(fields["key"]) in message or isinstance(fields["key"], int)
     assert "\n" not in message
-    assert all_rows(cache.path) == before
+    assert snapshot(cache.path) == before
 
 
 def test_what_is_not_an_entry_is_refused_by_its_position(cache: Cache) -> None:
