@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, bindparam, create_engine, insert, select
 
+from tunecache.errors import StoreError
 from tunecache.store import models as tables
 from tunecache.store.prepared import LOOKUP_SIZES, Lookup, Prepared
 
@@ -73,3 +74,15 @@ def test_a_lookup_takes_the_querys_own_parameters_first(engine: Engine) -> None:
     with engine.begin() as conn:
         INSERT.run(conn, [("a", "1", WHEN), ("b", "2", WHEN), ("c", "1", WHEN)])
         assert sorted(lookup.rows(conn, ["a", "b", "c"], "1")) == [("a",), ("c",)]
+
+
+def test_a_statement_outside_a_transaction_is_refused(engine: Engine) -> None:
+    # The engine issues BEGIN itself and leaves the driver in autocommit mode: run outside a
+    # transaction, every row of a batch would commit on its own.
+    with engine.connect() as conn:
+        with pytest.raises(StoreError, match="inside a transaction"):
+            INSERT.run(conn, [("a", "1", WHEN), ("b", "1", WHEN)])
+        with pytest.raises(StoreError, match="inside a transaction"):
+            list(BY_NAME.rows(conn, ["a"]))
+        conn.rollback()
+        assert conn.exec_driver_sql("SELECT count(*) FROM models").scalar() == 0

@@ -24,6 +24,7 @@ from sqlalchemy import ColumnElement, Connection, Delete, Select, Table, Update,
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import ValuesBase
 
+from tunecache.errors import StoreError
 from tunecache.store import models as tables
 from tunecache.store.queries import CHUNK, chunks
 
@@ -189,6 +190,10 @@ class Lookup:
 
 def _cursor(conn: Connection) -> Any:
     """A cursor of the driver's connection under `conn`, inside the transaction it holds."""
+    if not conn.in_transaction():
+        # The driver runs in autocommit mode (the engine issues BEGIN itself): outside a
+        # transaction, each statement would commit on its own.
+        raise StoreError("prepared statements run inside a transaction the caller holds")
     return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
 
 
