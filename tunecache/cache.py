@@ -294,7 +294,8 @@ class Cache:
         (`NewVerdict`, as `validate` takes them). Every entry is checked before the transaction
         starts: one bad entry raises a BadKeyError or BadRecordError naming its position and
         key, and nothing is written. Two entries of one key and candidate list end as the
-        later one leaves it, as two puts would (both positions get the same id). The batch
+        later one leaves it, as two puts would (both positions get the same id). Every row
+        the batch writes is stamped with one time, taken when the call starts. The batch
         takes the write lock once, and its statements run once each for all its rows; nothing
         is read back.
         """
