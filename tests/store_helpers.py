@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tunecache.cache import Cache, Entry
+from tunecache.cache import Cache, Entry, NewEntry
 from tunecache.codec import CandidateTiming, TimingRecord
 
 #: the candidate list of the exchange, maintenance and store-seam tests
@@ -49,6 +49,32 @@ def all_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {
             t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables
         }
+    finally:
+        conn.close()
+
+
+#: the columns that hold when a row was written: two runs of the same writes differ only there
+TIMES = frozenset({"created_at", "updated_at", "started_at", "finished_at"})
+
+
+def timeless_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table but the schema stamp, sorted, with every time column read as
+    None: equal for the same writes made at other times (ids and bytes compared as they are)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%' AND name != 'alembic_version'"
+            )
+        ]
+        out = {}
+        for t in tables:
+            columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')]
+            listed = ", ".join("NULL" if c in TIMES else f'"{c}"' for c in columns)
+            out[t] = sorted(conn.execute(f'SELECT {listed} FROM "{t}"').fetchall(), key=repr)
+        return out
     finally:
         conn.close()
 
@@ -150,3 +176,54 @@ def accepted(
         )
     judge(cache, entry, *by)
     return entry
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+
+def put_one_by_one(cache: Cache, batch: list[NewEntry]) -> list[int]:
+    """What `cache.put_many(batch)` promises to equal: a `put` of each entry, in order, then a
+    `validate` for each of its verdicts; the entry ids."""
+    ids = []
+    for e in batch:
+        entry = cache.put(
+            e.key,
+            choice=e.choice,
+            candidates=e.candidates,
+            heuristic=e.heuristic,
+            record=e.record,
+            speedup=e.speedup,
+            status=e.status,
+            run_id=e.run_id,
+        )
+        for v in e.verdicts:
+            cache.validate(
+                entry,
+                model=v.model,
+                fingerprint=v.fingerprint,
+                verdict=v.verdict,
+                gain=v.gain,
+                rounds=v.rounds,
+                confirmations=v.confirmations,
+                run_id=v.run_id,
+            )
+        ids.append(entry.id)
+    return ids
+
+
+def decisions(path: Path) -> list[tuple[Any, ...]]:
+    """Every entry as a reader sees it, ids and times left out: key, list, choice, heuristic,
+    status, speedup, run, record bytes and summary, and the verdicts on it, sorted."""
+    return sql(
+        path,
+        "SELECT k.text, s.checksum, e.choice, e.heuristic, e.status, e.speedup, e.run_id,"
+        " t.data, t.best, t.best_median_s, t.heuristic_median_s, t.samples_count,"
+        " (SELECT group_concat(c.name || '=' || c.median_s, ',') FROM"
+        "  (SELECT * FROM candidate_timings c WHERE c.record_id = t.id ORDER BY c.name) c),"
+        " (SELECT group_concat(m.name || ':' || v.verdict || ':' || v.rounds, ',') FROM"
+        "  (SELECT * FROM validations v WHERE v.entry_id = e.id ORDER BY v.model_id) v"
+        "  JOIN models m ON m.id = v.model_id)"
+        " FROM entries e JOIN keys k ON k.id = e.key_id"
+        " JOIN candidate_sets s ON s.id = e.candidate_set_id"
+        " LEFT JOIN timing_records t ON t.entry_id = e.id ORDER BY k.text, s.checksum",
+    )

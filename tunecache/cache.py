@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -16,9 +16,9 @@ from typing import Any, Unpack
 
 from sqlalchemy import Connection, Engine
 
-from tunecache import codec, paths
-from tunecache.candidates import candidate_names, checksum
-from tunecache.checks import is_finite, is_int
+from tunecache import codec, paths, writes
+from tunecache.candidates import checksum
+from tunecache.checks import is_int
 from tunecache.device import Device
 from tunecache.errors import (
     BadRecordError,
@@ -29,7 +29,7 @@ from tunecache.errors import (
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
-from tunecache.store import health, migrate, quarantine, queries, rows
+from tunecache.store import bulk, health, migrate, quarantine, queries, rows
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
@@ -38,9 +38,19 @@ from tunecache.store.engine import (
     make_engine,
     transaction,
 )
-from tunecache.store.models import ENTRY_STATUSES, VERDICTS, utcnow
+from tunecache.store.models import utcnow
+from tunecache.writes import NewEntry, NewVerdict, as_key, check_status
 
-__all__ = ["OPEN_OPTIONS", "Cache", "Entry", "Progress", "Transaction", "open_cache"]
+__all__ = [
+    "OPEN_OPTIONS",
+    "Cache",
+    "Entry",
+    "NewEntry",
+    "NewVerdict",
+    "Progress",
+    "Transaction",
+    "open_cache",
+]
 
 #: every keyword `Cache.open` (and `tunecache.open`) takes
 OPEN_OPTIONS = frozenset({"busy_timeout"}) | paths.LOCATION_OPTIONS
@@ -74,41 +84,9 @@ def _entry_id(entry: Entry | int) -> int:
     return entry
 
 
-def _count(value: object, what: str) -> int:
-    if not is_int(value) or value < 0:
-        raise BadRecordError(f"{what} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _positive(value: object, what: str) -> float | None:
-    if value is None:
-        return None
-    if not is_finite(value) or value <= 0:
-        raise BadRecordError(f"{what} must be a finite positive number, got {value!r}")
-    return float(value)
-
-
-def _check_status(status: object) -> None:
-    if status not in ENTRY_STATUSES:
-        raise BadRecordError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
-
-
-def _check_run(conn: Connection, run_id: int | None) -> None:
-    if run_id is None:
-        return
-    if not is_int(run_id):
-        raise BadRecordError(f"run_id must be an integer, got {run_id!r}")
-    if not queries.run_exists(conn, run_id):
-        raise BadRecordError(f"no run {run_id} in this cache")
-
-
-def _as_key(key: Key | str) -> Key:
-    if isinstance(key, str):
-        return parse(key)
-    if isinstance(key, Key):
-        # Round-trip through the text form: it validates a Key built by the raw constructor.
-        return parse(key.text)
-    raise BadRecordError(f"a key must be a Key or its text, got {type(key).__name__}")
+def _check_run(conn: Connection, run_id: int | None, where: str = "") -> None:
+    if run_id is not None and not queries.run_exists(conn, run_id):
+        raise BadRecordError(f"{where}no run {run_id} in this cache")
 
 
 class Cache:
@@ -290,56 +268,54 @@ class Cache:
         Writing the same key and list again replaces the decision and its timing record; if the
         choice changes, the models' verdicts on the old decision go with it (they judged another
         choice). Every argument is checked before the transaction starts: a bad one raises and
-        writes nothing.
+        writes nothing. One entry of `put_many`, returned as the store now holds it.
         """
-        key = _as_key(key)
-        names = candidate_names(candidates)
-        if choice not in names:
-            raise BadRecordError(f"choice {choice!r} is not one of the candidates {list(names)}")
-        if heuristic is not None and heuristic not in names:
-            raise BadRecordError(f"heuristic {heuristic!r} is not one of the candidates")
-        _check_status(status)
-        speedup = _positive(speedup, "speedup")
-        blob: bytes | None = None
-        if record is not None:
-            if not isinstance(record, codec.TimingRecord):
-                raise BadRecordError("record must be a tunecache.codec.TimingRecord")
-            unknown = [c.name for c in record.candidates if c.name not in names]
-            if unknown:
-                raise BadRecordError(f"timing record names unknown candidates {unknown}")
-            blob = codec.encode(record)
-        sum_ = checksum(names)
         now = utcnow()
-
+        write = writes.entry_write(
+            NewEntry(key, choice, candidates, heuristic, record, speedup, status, run_id), now
+        )
         with self._write() as conn:
             # Inside the transaction, so a run deleted meanwhile cannot slip through; raising
             # here rolls back, and nothing is written.
-            _check_run(conn, run_id)
+            _check_run(conn, write.run_id)
             device_id = self._device_row(conn)
-            key_id = rows.key_row(conn, key)
-            set_id = rows.candidate_set_row(conn, key.signature, names, sum_)
-            values: dict[str, Any] = {
-                "choice": choice,
-                "heuristic": heuristic,
-                "status": status,
-                "speedup": speedup,
-                "run_id": run_id,
-                "updated_at": now,
-            }
-            found = queries.entry_at(conn, device_id, key_id, set_id)
-            if found is None:
-                entry_id = rows.insert_entry(
-                    conn, device_id, key_id, set_id, {"created_at": now, **values}
-                )
-            else:
-                entry_id, old_choice = found
-                rows.update_entry(conn, entry_id, values)
-                rows.clear_evidence(conn, entry_id, verdicts=old_choice != choice)
-            if record is not None and blob is not None:
-                rows.insert_record(conn, entry_id, record, blob, heuristic, now)
-            entry = self._entries(conn, device_id, queries.EntryFilter(entry_id=entry_id))[0]
+            (written,) = bulk.write_entries(conn, device_id, [write], now=now)
         self._device_id = device_id
-        return entry
+        # As the store now holds it: nothing is read back.
+        w = write
+        decision = (w.key, w.choice, w.heuristic, w.status, w.speedup, w.names, w.checksum)
+        return Entry(written.id, *decision, written.created_at, now)
+
+    def put_many(self, entries: Iterable[NewEntry]) -> list[int]:
+        """Store many decisions in one transaction, as one `put` each would, in order; their
+        entry ids, in the same order.
+
+        Each `NewEntry` carries what `put` takes, and the verdicts of models to write with it
+        (`NewVerdict`, as `validate` takes them). Every entry is checked before the transaction
+        starts: one bad entry raises a BadKeyError or BadRecordError naming its position and
+        key, and nothing is written. Two entries of one key and candidate list end as the
+        later one leaves it, as two puts would (both positions get the same id). Every row
+        the batch writes is stamped with one time, taken when the call starts. The batch
+        takes the write lock once, and its statements run once each for all its rows; nothing
+        is read back.
+        """
+        now = utcnow()
+        batch = writes.entry_writes(entries, now)
+        if not batch:
+            return []
+        runs: dict[int, int] = {}
+        for position, write in enumerate(batch):
+            for run_id in (write.run_id, *(v.run_id for v in write.verdicts)):
+                if run_id is not None:
+                    runs.setdefault(run_id, position)
+        with self._write() as conn:
+            for run_id, position in runs.items():
+                where = f"entry {position} ({batch[position].key.text}): "
+                _check_run(conn, run_id, where)
+            device_id = self._device_row(conn)
+            written = bulk.write_entries(conn, device_id, batch, now=now)
+        self._device_id = device_id
+        return [w.id for w in written]
 
     def _entries(
         self, conn: Connection, device_id: int | None, where: queries.EntryFilter | None = None
@@ -359,7 +335,7 @@ class Cache:
         With `candidates`, only an entry tuned against exactly that list answers; without, the
         most recently updated entry of the key, whatever list it was tuned against.
         """
-        key = _as_key(key)
+        key = as_key(key)
         sum_ = None if candidates is None else checksum(candidates)
         with self._read() as conn:
             where = queries.EntryFilter(key=key.text, checksum=sum_)
@@ -389,7 +365,7 @@ class Cache:
 
         `put` replaces a decision and its timing record; acceptance only changes its verdict.
         """
-        _check_status(status)
+        check_status(status)
         entry_id = _entry_id(entry)
         with self._write() as conn:
             device_id = self._find_device_id(conn)
@@ -417,33 +393,28 @@ class Cache:
         `status`, if given, sets the entry's status in the same transaction: a verdict that
         decides whether the entry may be served at all never lands without it.
         """
-        if verdict not in VERDICTS:
-            raise BadRecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-        if status is not None:
-            _check_status(status)
-        if not isinstance(model, str) or not model or not isinstance(fingerprint, str):
-            raise BadRecordError("a model needs a non-empty name and a fingerprint string")
-        gain = _positive(gain, "gain")
-        rounds = _count(rounds, "rounds")
-        confirmations = _count(confirmations, "confirmations")
-        if confirmations > rounds:
-            raise BadRecordError(f"confirmations ({confirmations}) exceed rounds ({rounds})")
-        entry_id = _entry_id(entry)
         now = utcnow()
+        given = writes.verdict_write(
+            NewVerdict(model, fingerprint, verdict, gain, rounds, confirmations, run_id), now
+        )
+        if status is not None:
+            check_status(status)
+        entry_id = _entry_id(entry)
         with self._write() as conn:
-            _check_run(conn, run_id)
+            _check_run(conn, given.run_id)
             device_id = self._find_device_id(conn)
             if not queries.entry_owned(conn, entry_id, device_id):
                 raise BadRecordError(f"no entry {entry_id} on this device")
             values = {
-                "verdict": verdict,
-                "gain": gain,
-                "rounds": rounds,
-                "confirmations": confirmations,
-                "run_id": run_id,
+                "verdict": given.verdict,
+                "gain": given.gain,
+                "rounds": given.rounds,
+                "confirmations": given.confirmations,
+                "run_id": given.run_id,
                 "updated_at": now,
             }
-            rows.put_verdict(conn, rows.model_row(conn, model, fingerprint), entry_id, values, now)
+            model_id = rows.model_row(conn, given.model, given.fingerprint)
+            rows.put_verdict(conn, model_id, entry_id, values, now)
             if status is not None:
                 rows.set_status(conn, entry_id, device_id, status, now)
 
@@ -473,6 +444,7 @@ class Cache:
         """Replace a run's notes: what the session found, written once it knows."""
         if not isinstance(notes, str):
             raise BadRecordError(f"notes are a string, got {type(notes).__name__}")
+        writes.check_run_id(run_id)
         with self._write() as conn:
             _check_run(conn, run_id)
             rows.set_run_notes(conn, run_id, notes)

@@ -3,8 +3,8 @@ honest.
 
 A tuning session writes as it goes: entries, timing records, verdicts, run notes. Killed at any
 point, it must leave a database that passes integrity_check, where no entry is `accepted`
-without the `validated` verdict of the model that accepted it (the tuner commits unvalidated,
-then the verdict and the status together), and where the next session runs to its end.
+without the `validated` verdict of the model that accepted it (the tuner commits an accepted
+entry with that verdict, in one transaction), and where the next session runs to its end.
 
 The child is the real command with its cache's writes reporting on a pipe: after each write it
 says so and waits for the parent's word. The parent kills it after a chosen write, either while
@@ -47,7 +47,7 @@ def reporting(write):
     return reported
 
 
-for name in ("put", "validate", "note"):
+for name in ("put", "put_many", "validate", "note"):
     setattr(Cache, name, reporting(getattr(Cache, name)))
 sys.exit(cli.main(sys.argv[3:]))
 """

@@ -1,5 +1,5 @@
-"""tunecache.tune.session: a session's writes, each its own commit, with the current table
-following each at once."""
+"""tunecache.tune.session: a session's writes, each decision its own commit, with the current
+table following each at once."""
 
 from __future__ import annotations
 
@@ -42,36 +42,57 @@ def test_a_mask_is_written_and_the_current_table_follows_it_at_once(cache: Cache
     assert report.masked == (entry.id,) and report.kept == () and report.guard is None
 
 
-def test_an_accepted_entry_is_written_unvalidated_then_vouched_and_served(
+def test_an_accepted_entry_is_written_with_its_verdict_in_one_commit_and_served(
     cache: Cache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = _session(cache)
     (heavy,) = profile(session, Screening())
     functions = {name: partial(f, tm.X) for name, f in tm.loop.functions.items()}
     record = bench.bench(functions).record
-    writes: list[tuple[str, str | None]] = []
-    put, validate = cache.put, cache.validate
+    writes: list[tuple[str, ...]] = []
+    put_many = cache.put_many
 
-    def spied_put(*args: Any, **kwargs: Any) -> Any:
-        writes.append(("put", kwargs["status"]))
-        return put(*args, **kwargs)
+    def spied(method: str) -> Any:
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            writes.append((method,))
+            return getattr(Cache, method)(cache, *args, **kwargs)
 
-    def spied_validate(*args: Any, **kwargs: Any) -> None:
-        writes.append((kwargs["verdict"], kwargs["status"]))
-        validate(*args, **kwargs)
+        return spy
 
-    monkeypatch.setattr(cache, "put", spied_put)
-    monkeypatch.setattr(cache, "validate", spied_validate)
+    def spied_put_many(entries: Any) -> Any:
+        writes.extend(("put_many", e.status, *(v.verdict for v in e.verdicts)) for e in entries)
+        return put_many(entries)
+
+    for method in ("put", "validate", "set_status"):
+        monkeypatch.setattr(cache, method, spied(method))
+    monkeypatch.setattr(cache, "put_many", spied_put_many)
     with cache.run("tune") as run_id:
         session.run_id = run_id
-        entry = session.accept_entry(heavy, "vectorized", record, WON, "loop")
+        entry_id = session.accept_entry(heavy, "vectorized", record, WON, "loop")
 
-    # Two commits, each safe to be killed after: served to no model, then vouched and accepted.
-    assert writes == [("put", "unvalidated"), ("validated", "accepted")]
+    # One commit: the entry, accepted, with this model's validated verdict; nothing before it.
+    assert writes == [("put_many", "accepted", "validated")]
     stored = cache.get(NORM, candidates=NORM_NAMES)
-    assert stored is not None and stored.id == entry.id and stored.status == "accepted"
+    assert stored is not None and stored.id == entry_id and stored.status == "accepted"
     assert stored.speedup is not None and stored.speedup > 1  # the bench's, from the record
-    assert session.table.resolve(NORM, NORM_NAMES, "loop").entry_id == entry.id
+    assert cache.verdicts("scorer", session.fingerprint) == {entry_id: "validated"}
+    assert session.verdicts == {entry_id: "validated"} and session.wrote
+    assert session.table.resolve(NORM, NORM_NAMES, "loop").entry_id == entry_id
+
+
+def test_a_rejected_entry_lands_with_the_models_mask_and_is_masked_at_once(cache: Cache) -> None:
+    session = _session(cache)
+    (heavy,) = profile(session, Screening())
+    functions = {name: partial(f, tm.X) for name, f in tm.loop.functions.items()}
+    record = bench.bench(functions).record
+    with cache.run("tune") as run_id:
+        session.run_id = run_id
+        entry_id = session.put_judged(heavy, "vectorized", record, "rejected", ("masked", None))
+    stored = cache.get(NORM, candidates=NORM_NAMES)
+    assert stored is not None and (stored.id, stored.status) == (entry_id, "rejected")
+    assert cache.verdicts("scorer", session.fingerprint) == {entry_id: "masked"}
+    assert session.masked == [entry_id]
+    assert session.table.resolve(NORM, NORM_NAMES, "loop").source == "masked"
 
 
 def test_the_budget_is_read_on_the_sessions_clock(cache: Cache) -> None:

@@ -4,6 +4,11 @@ Each function takes the Connection of a write transaction the caller holds (`Cac
 with `write=True`), so several of them commit together or not at all. Nothing here checks its
 arguments: the callers (`tunecache.cache`, exchange, maintenance) check everything before the
 transaction starts, and the schema's constraints catch what slips through.
+
+These write one row or one entry a call. Many entries at once, with a few statements for the
+whole batch, are `tunecache.store.bulk.write_entries` (what `Cache.put` and `Cache.put_many`
+use); its row values (`EntryWrite`, `RecordRow`, `VerdictWrite`) and `record_row` are public
+for every caller that writes in bulk.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tunecache.device import Device
 from tunecache.keys import Key
 from tunecache.store import models as tables
 from tunecache.store import queries
+from tunecache.store.bulk import dims_text, insert_records, record_row
 from tunecache.store.models import utcnow
 
 __all__ = [
@@ -69,11 +75,6 @@ def device_row(conn: Connection, device: Device) -> int:
         created_at=utcnow(),
         **device.as_dict(),
     )
-
-
-def dims_text(key: Key) -> str:
-    """A key's dims as the `keys.dims` column keeps them: `b=1 m=288 k=96 n=64`."""
-    return " ".join(f"{name}={value}" for name, value in key.dims)
 
 
 def key_row(conn: Connection, key: Key) -> int:
@@ -143,44 +144,7 @@ def insert_record(
     now: datetime,
 ) -> None:
     """Insert an entry's timing record (`blob` is its CBOR) and a summary row per candidate."""
-    best = record.best()
-    heuristic_timing = (
-        next((c for c in record.candidates if c.name == heuristic), None)
-        if heuristic is not None
-        else None
-    )
-    record_id = insert_row(
-        conn,
-        tables.TIMING_RECORDS,
-        entry_id=entry_id,
-        format_version=codec.FORMAT_VERSION,
-        best=None if best is None else best.name,
-        best_median_s=None if best is None else best.median,
-        heuristic_median_s=None if heuristic_timing is None else heuristic_timing.median,
-        candidates_count=len(record.candidates),
-        samples_count=sum(len(c.samples) for c in record.candidates),
-        failures_count=sum(1 for c in record.candidates if c.error is not None),
-        created_at=now,
-        data=blob,
-    )
-    if record.candidates:
-        conn.execute(
-            insert(tables.CANDIDATE_TIMINGS),
-            [
-                {
-                    "record_id": record_id,
-                    "name": c.name,
-                    "median_s": c.median,
-                    "min_s": c.min,
-                    "max_s": c.max,
-                    "samples": len(c.samples),
-                    "inner_loops": c.inner_loops,
-                    "pruned": c.pruned,
-                    "error": c.error,
-                }
-                for c in record.candidates
-            ],
-        )
+    insert_records(conn, [(entry_id, record_row(record, blob, heuristic), now)])
 
 
 def set_status(

@@ -124,10 +124,13 @@ class KernelStore:
         cache = self.cache(state)
         if cache is None:
             return None
+        from tunecache.cache import NewEntry  # loaded with the cache already: no cost here
+
         try:
             # One transaction, no `runs` row: a key is tuned inside a user's first call, where
-            # two more write transactions per key are time the user waits for.
-            cache.put(target.key, choice=choice, candidates=target.names, record=record)
+            # two more write transactions per key are time the user waits for. The batch path
+            # reads nothing back: the table is reloaded below anyway.
+            cache.put_many([NewEntry(target.key, choice, target.names, record=record)])
         except TunecacheError as error:
             self._warn("write", f"tunecache: {self._op}'s tuning not stored: {error}")
             return None

@@ -208,9 +208,10 @@ def _conclude(
         return
     if now.source == "nearest" and _keep_borrowed(session, heavy, now.choice, evidence, attempt):
         return
-    entry = session.put(heavy, attempt.tried[0], evidence.record, "rejected")
-    session.record_verdict(entry.id, "masked", attempt.first)
-    session.outcome(heavy, "rejected", entry_id=entry.id, note=attempt.note(), **more)
+    # The entry and this model's mask on it, in one commit.
+    judged = ("masked", attempt.first)
+    entry_id = session.put_judged(heavy, attempt.tried[0], evidence.record, "rejected", judged)
+    session.outcome(heavy, "rejected", entry_id=entry_id, note=attempt.note(), **more)
 
 
 def _keep_borrowed(
@@ -246,11 +247,11 @@ def _accepted(
     *notes: str,
 ) -> None:
     """Write `choice`, which won against `against`, as the key's accepted entry, and say so."""
-    entry = session.accept_entry(heavy, choice, evidence.record, verdict, against)
+    entry_id = session.accept_entry(heavy, choice, evidence.record, verdict, against)
     session.outcome(
         heavy,
         "accepted",
-        entry_id=entry.id,
+        entry_id=entry_id,
         tried=tuple(attempt.tried),
         verdict=verdict,
         note=attempt.note(*notes),

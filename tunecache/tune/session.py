@@ -1,9 +1,10 @@
 """One session's state and its writes: the model, its cache and options, the table the model runs
 with now, what happened to each key, and every entry and verdict written.
 
-Every write is its own transaction, made as soon as a decision is reached, and the current table
-follows it at once (a mask as `derive(mask=...)`, which answers exactly as the stored verdict
-will): Ctrl-C or a crash between two writes leaves what was decided so far, and nothing more.
+Every decision is one transaction, made as soon as it is reached (an entry with this model's
+verdict on it is one: `put_judged`), and the current table follows it at once (a mask as
+`derive(mask=...)`, which answers exactly as the stored verdict will): Ctrl-C or a crash between
+two writes leaves what was decided so far, and nothing more.
 The steps themselves live beside this module: profiling (steps 1, 2), judging another model's
 entry and benching a key (3 to 5, `tuner`, `benching`), and the guard (7).
 """
@@ -156,6 +157,10 @@ class Session:
             run_id=self.run_id,
             status=status,
         )
+        self._judged(entry_id, verdict_name)
+
+    def _judged(self, entry_id: int, verdict_name: str) -> None:
+        """Follow a verdict this session wrote: remember it, and serve by it at once."""
         self.verdicts[entry_id] = verdict_name
         self.wrote = True
         if verdict_name == "masked":
@@ -184,6 +189,50 @@ class Session:
             run_id=self.run_id,
         )
 
+    def put_judged(
+        self,
+        heavy: Heavy,
+        choice: str,
+        record: TimingRecord,
+        status: str,
+        judged: tuple[str, accept.Verdict | None],
+        speedup: float | None = None,
+    ) -> int:
+        """Write an entry for a heavy key with its timing record, its status and this model's
+        verdict on it (`judged`: the verdict's name and the trial behind it), all in one
+        commit; the entry's id."""
+        # Imported here: importing the tuner must not load SQLAlchemy (tests/test_import.py).
+        from tunecache.cache import NewEntry, NewVerdict
+
+        verdict_name, verdict = judged
+        given = NewVerdict(
+            self.model.name,
+            self.fingerprint,
+            verdict_name,
+            gain=_gain(verdict),
+            rounds=verdict.rounds if verdict else 0,
+            confirmations=verdict.confirmations if verdict else 0,
+            run_id=self.run_id,
+        )
+        self.wrote = True
+        (entry_id,) = self.cache.put_many(
+            [
+                NewEntry(
+                    heavy.key,
+                    choice,
+                    heavy.op.candidates,
+                    heuristic=heavy.heuristic,
+                    record=record,
+                    speedup=speedup,
+                    status=status,
+                    run_id=self.run_id,
+                    verdicts=(given,),
+                )
+            ]
+        )
+        self._judged(entry_id, verdict_name)
+        return entry_id
+
     def accept_entry(
         self,
         heavy: Heavy,
@@ -191,16 +240,19 @@ class Session:
         record: TimingRecord,
         verdict: accept.Verdict,
         against: str,
-    ) -> Entry:
-        """Write `choice` for the key as accepted, with this model's verdict, and serve it.
+    ) -> int:
+        """Write `choice` for the key as accepted, with this model's verdict, and serve it; the
+        entry's id.
 
-        Two commits, each a state that is safe to be killed in: unvalidated (served to no
-        model), then this model's verdict and "accepted" together.
+        One commit: the entry, its record, this model's `validated` verdict and the status
+        `accepted` land together or not at all, so no state between them is ever seen.
         """
-        entry = self.put(heavy, choice, record, "unvalidated", _speedup(record, choice, against))
-        self.record_verdict(entry.id, "validated", verdict, status="accepted")
-        self.table = self.table.derive(include=[entry.id])
-        return entry
+        speedup = _speedup(record, choice, against)
+        entry_id = self.put_judged(
+            heavy, choice, record, "accepted", ("validated", verdict), speedup
+        )
+        self.table = self.table.derive(include=[entry_id])
+        return entry_id
 
     def current_run(self) -> int:
         """The id of this session's row in `runs` (a session writes only inside its run)."""
