@@ -17,7 +17,7 @@ from tunecache.cache import Cache, Entry
 from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.keys import parse
-from tunecache.store import queries, rows
+from tunecache.store import queries, rows, upkeep
 from tunecache.store.models import CANDIDATE_SETS, DEVICES, ENTRIES, KEYS, MODELS
 
 OLD = datetime(2020, 1, 1, tzinfo=UTC)
@@ -163,7 +163,7 @@ def test_entries_of_one_device_only(stock: Stock, twin: Cache) -> None:
     with stock.cache.transaction() as tx:
         assert queries.count_entries(tx.conn, stock.device) == len(stock.all)
         assert queries.count(tx.conn, KEYS) == 5  # of every device
-        assert len(queries.entry_links(tx.conn)) == len(stock.all) + 1
+        assert len(sql(stock.cache.path, "SELECT id FROM entries")) == len(stock.all) + 1
         # The devices that own entries, as stored.
         assert sorted(queries.devices_with_entries(tx.conn)) == sorted(
             tuple(d.as_dict().values()) for d in (stock.cache.device, twin.device)
@@ -175,14 +175,16 @@ def test_an_entry_is_found_by_its_rows_and_owned_by_its_device(stock: Stock, twi
     theirs = twin.put("conv_F32_m1", choice="winograd", candidates=NAMES)
     with s.cache.transaction() as tx:
         mine = s.device
-        links = {x.id: x for x in queries.entry_links(tx.conn)}
-        link, short = links[s.conv.id], links[s.short.id]
+        links = {
+            row[0]: row[1:]
+            for row in sql(s.cache.path, "SELECT id, key_id, candidate_set_id FROM entries")
+        }
+        (key_id, set_id), (short_key, short_set) = links[s.conv.id], links[s.short.id]
         # One key row, two candidate sets.
-        assert link.key_id == short.key_id and link.set_id != short.set_id
-        assert (link.choice, link.heuristic) == ("direct", None)
-        assert queries.entry_at(tx.conn, mine, link.key_id, link.set_id) == (s.conv.id, "direct")
-        assert queries.entry_at(tx.conn, mine, link.key_id, short.set_id) == (s.short.id, "im2col")
-        assert queries.entry_at(tx.conn, mine, link.key_id, -1) is None
+        assert key_id == short_key and set_id != short_set
+        assert queries.entry_at(tx.conn, mine, key_id, set_id) == (s.conv.id, "direct")
+        assert queries.entry_at(tx.conn, mine, key_id, short_set) == (s.short.id, "im2col")
+        assert queries.entry_at(tx.conn, mine, key_id, -1) is None
         assert queries.entry_owned(tx.conn, s.conv.id, mine)
         assert not queries.entry_owned(tx.conn, theirs.id, mine)
         assert not queries.entry_owned(tx.conn, s.conv.id, None)
@@ -203,7 +205,7 @@ def test_set_names_keep_their_order_and_any_number_of_ids(stock: Stock) -> None:
         assert names[found[stock.conv.id]] == NAMES
         assert names[found[stock.short.id]] == NAMES[:2]
         assert queries.set_names(tx.conn, []) == {}
-        assert sorted(queries.set_checksums(tx.conn)) == sorted(
+        assert sorted(upkeep.set_checksums(tx.conn)) == sorted(
             {(found[e.id], e.checksum, e.candidates) for e in stock.all}
         )
 
@@ -222,7 +224,7 @@ def test_a_record_is_read_only_for_its_own_device(stock: Stock, twin: Cache) -> 
         assert queries.record_data(tx.conn, stock.conv.id, mine) == codec.encode(stock.record)
         assert queries.record_data(tx.conn, stock.short.id, mine) is None
         assert queries.record_data(tx.conn, stock.conv.id, None) is None
-        streamed = list(queries.records(tx.conn))
+        streamed = list(upkeep.records(tx.conn))
     assert [bytes(data) for _, data in streamed] == [codec.encode(stock.record)]
 
 
@@ -277,7 +279,7 @@ def test_verdicts_filtered_by_entry_model_fingerprint_and_device(stock: Stock, t
 def _open_run_touched(conn: Connection, device: int) -> set[int]:
     """Ids of the device's entries that a run still open wrote or judged."""
     e = ENTRIES.alias("e")
-    query = select(e.c.id).where(e.c.device_id == device, queries.open_run_touched(e))
+    query = select(e.c.id).where(e.c.device_id == device, upkeep.open_run_touched(e))
     return set(conn.execute(query).scalars())
 
 
@@ -287,8 +289,8 @@ def test_runs_by_id_by_notes_and_still_running(cache: Cache) -> None:
         with cache.transaction() as tx:
             device = tx.device_id()
             assert device is not None
-            assert queries.running_runs(tx.conn, socket.gethostname()) == [(first, os.getpid())]
-            assert queries.running_runs(tx.conn, "another-host") == []
+            assert upkeep.running_runs(tx.conn, socket.gethostname()) == [(first, os.getpid())]
+            assert upkeep.running_runs(tx.conn, "another-host") == []
             assert _open_run_touched(tx.conn, device) == {entry.id}
     with cache.run("validate", notes="first") as second:
         # An entry judged by a run still open counts too.
@@ -297,7 +299,7 @@ def test_runs_by_id_by_notes_and_still_running(cache: Cache) -> None:
             assert _open_run_touched(tx.conn, device) == {entry.id}
     with cache.transaction() as tx:
         assert _open_run_touched(tx.conn, device) == set()
-        assert queries.running_runs(tx.conn, socket.gethostname()) == []
+        assert upkeep.running_runs(tx.conn, socket.gethostname()) == []
         assert queries.runs_noted(tx.conn, device, "first", "finished") == [first, second]
         assert queries.runs_noted(tx.conn, device, "first", "failed") == []
         assert queries.runs_noted(tx.conn, None, "first", "finished") == []
@@ -330,25 +332,25 @@ def test_orphans_of_each_kind(cache: Cache, twin: Cache, device: Device) -> None
             "orphaned-models": rows.model_row(tx.conn, "gpt", "g1"),
             "orphaned-devices": rows.device_row(tx.conn, lonely),
         }
-    assert set(queries.ORPHANS) == set(made)
+    assert set(upkeep.ORPHANS) == set(made)
     tables = {"orphaned-keys": KEYS, "orphaned-candidate-sets": CANDIDATE_SETS}
     tables |= {"orphaned-models": MODELS, "orphaned-devices": DEVICES}
     with cache.transaction() as tx:
         for kind, orphan in made.items():
-            assert queries.ORPHANS[kind][0] is tables[kind]
-            assert queries.orphans(tx.conn, kind, device.fingerprint) == [orphan], kind
+            assert upkeep.ORPHANS[kind][0] is tables[kind]
+            assert upkeep.orphans(tx.conn, kind, device.fingerprint) == [orphan], kind
         # The device the cache is opened for is never an orphan.
-        assert queries.orphans(tx.conn, "orphaned-devices", lonely.fingerprint) == []
+        assert upkeep.orphans(tx.conn, "orphaned-devices", lonely.fingerprint) == []
 
 
 def test_integrity_and_dangling_rows(cache: Cache) -> None:
     cache.put("conv_F32_m1", choice="direct", candidates=NAMES)
     with cache.transaction() as tx:
-        assert queries.integrity(tx.conn) == ("ok",)
-        assert queries.foreign_key_violations(tx.conn) == []
+        assert upkeep.integrity(tx.conn) == ("ok",)
+        assert upkeep.foreign_key_violations(tx.conn) == []
     dangling = _dangling_verdict(cache)
     with cache.transaction() as tx:
-        assert queries.foreign_key_violations(tx.conn) == [("validations", dangling)]
+        assert upkeep.foreign_key_violations(tx.conn) == [("validations", dangling)]
 
 
 def _dangling_verdict(cache: Cache) -> int:
@@ -444,14 +446,14 @@ def test_listing_reads_a_device_newest_first_from_its_index(stock: Stock) -> Non
 
 def test_whole_file_checks_look_each_row_up_by_an_index(stock: Stock) -> None:
     s = stock
-    for kind, (table, _) in queries.ORPHANS.items():
+    for kind, (table, _) in upkeep.ORPHANS.items():
         # Every row of the table checked is read once (that is the question); what it is
         # checked against is looked up.
-        plans = _asked(s.cache, lambda c, k=kind: queries.orphans(c, k, "fp"))
+        plans = _asked(s.cache, lambda c, k=kind: upkeep.orphans(c, k, "fp"))
         assert _unindexed(plans, f"SCAN {table.name}") == [], (kind, plans)
-    plans = _asked(s.cache, queries.illegal_choices)
+    plans = _asked(s.cache, upkeep.illegal_choices)
     assert _unindexed(plans, "SCAN entries") == [], plans
-    assert _unindexed(_asked(s.cache, lambda c: queries.running_runs(c, "host"))) == []
+    assert _unindexed(_asked(s.cache, lambda c: upkeep.running_runs(c, "host"))) == []
 
 
 @pytest.mark.parametrize("kind", ["stale", "current", "unvalidated", "older", "masked"])
@@ -462,16 +464,16 @@ def test_prune_selects_through_indexes(stock: Stock, kind: str) -> None:
         stale = None
         if kind in ("stale", "current"):
             current = {"conv_F32": "x"} if kind == "current" else None
-            stale = queries.stale_sets(conn, s.device, current)
-        selection = queries.PruneSelection(
+            stale = upkeep.stale_sets(conn, s.device, current)
+        selection = upkeep.PruneSelection(
             s.device,
             stale,
             kind == "unvalidated",
             OLD if kind == "older" else None,
             kind == "masked",
         )
-        found = queries.prunable(conn, selection)
-        queries.orphaned_sets(conn, selection, {row.set_id for row in found} | {1})
+        found = upkeep.prunable(conn, selection)
+        upkeep.orphaned_sets(conn, selection, {row.set_id for row in found} | {1})
 
     plans = _asked(s.cache, select)
     # Allowed: reading every candidate set (a handful per signature); sorting what prune
@@ -502,11 +504,11 @@ def test_the_sets_prune_leaves_unused_among_those_it_was_given(stock: Stock) -> 
     sets = {row.id: row.set_id for row in s.ask(queries.entries)}
     short, convx, matmul = sets[s.short.id], sets[s.convx.id], sets[s.matmul.id]
     with s.cache.transaction() as tx:
-        selection = queries.PruneSelection(s.device, stale=(short, convx))
+        selection = upkeep.PruneSelection(s.device, stale=(short, convx))
         # convx's set goes too, but was not asked about; matmul's keeps its entry.
-        assert queries.orphaned_sets(tx.conn, selection, {short, matmul}) == [short]
-        assert queries.orphaned_sets(tx.conn, selection, {short, convx}) == [short, convx]
-        assert queries.orphaned_sets(tx.conn, selection, ()) == []
+        assert upkeep.orphaned_sets(tx.conn, selection, {short, matmul}) == [short]
+        assert upkeep.orphaned_sets(tx.conn, selection, {short, convx}) == [short, convx]
+        assert upkeep.orphaned_sets(tx.conn, selection, ()) == []
 
 
 def test_stale_sets_against_the_lists_given_or_the_latest_tuned(stock: Stock) -> None:
@@ -514,9 +516,9 @@ def test_stale_sets_against_the_lists_given_or_the_latest_tuned(stock: Stock) ->
     sets = {row.id: row.set_id for row in s.ask(queries.entries)}
     with s.cache.transaction() as tx:
         given = {"conv_F32": checksum(NAMES), "absent_F32": "x"}
-        assert queries.stale_sets(tx.conn, s.device, given) == (sets[s.short.id],)
+        assert upkeep.stale_sets(tx.conn, s.device, given) == (sets[s.short.id],)
         given = {"conv_F32": checksum(NAMES[:2])}
-        assert queries.stale_sets(tx.conn, s.device, given) == (sets[s.conv.id],)
+        assert upkeep.stale_sets(tx.conn, s.device, given) == (sets[s.conv.id],)
         # Without lists: conv_F32's latest entry is the short one, every other signature has
         # one set only.
-        assert queries.stale_sets(tx.conn, s.device) == (sets[s.conv.id],)
+        assert upkeep.stale_sets(tx.conn, s.device) == (sets[s.conv.id],)

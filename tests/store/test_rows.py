@@ -17,7 +17,7 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.keys import make_key, parse
 from tunecache.store import models as schema
-from tunecache.store import queries, rows
+from tunecache.store import queries, rows, upkeep
 
 
 def _write(cache: Cache, change: Callable[[Connection], Any]) -> Any:
@@ -323,9 +323,9 @@ def test_delete_rowids_removes_the_rows_the_foreign_key_check_names(cache: Cache
     judge(cache, entry, RESNET)
     sql(cache.path, "DELETE FROM entries")  # the stdlib connection has foreign keys off
     with cache.transaction() as tx:
-        dangling = queries.foreign_key_violations(tx.conn)
+        dangling = upkeep.foreign_key_violations(tx.conn)
     assert [table for table, _ in dangling] == [schema.VALIDATIONS.name]
     _write(cache, lambda conn: rows.delete_rowids(conn, dangling))
     with cache.transaction() as tx:
-        assert queries.foreign_key_violations(tx.conn) == []
+        assert upkeep.foreign_key_violations(tx.conn) == []
         assert queries.count(tx.conn, schema.VALIDATIONS) == 0

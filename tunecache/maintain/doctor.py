@@ -18,7 +18,7 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.maintain.reports import Report, jsonable
-from tunecache.store import migrate, queries, rows
+from tunecache.store import migrate, queries, rows, upkeep
 from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS
 
 __all__ = ["WAL_WARN_BYTES", "DoctorReport", "Problem", "doctor"]
@@ -104,7 +104,7 @@ def _bad_sets(conn: Connection) -> list[int]:
     """Candidate sets whose names do not match their checksum (one row per set and name: a
     file has far fewer of them than entries)."""
     bad = []
-    for set_id, sum_, set_names in queries.set_checksums(conn):
+    for set_id, sum_, set_names in upkeep.set_checksums(conn):
         try:
             if checksum(set_names) != sum_:
                 bad.append(set_id)
@@ -120,22 +120,22 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             "dangling-rows",
             "rows pointing at a row that no longer exists",
             "delete them",
-            list(queries.foreign_key_violations(conn)),
+            list(upkeep.foreign_key_violations(conn)),
             rows.delete_rowids,
         )
     ]
-    for kind, (table, detail) in queries.ORPHANS.items():
+    for kind, (table, detail) in upkeep.ORPHANS.items():
         out.append(
             _Finding(
                 kind,
                 detail,
                 "delete them",
-                queries.orphans(conn, kind, local.fingerprint),
+                upkeep.orphans(conn, kind, local.fingerprint),
                 _deleting(table),
             )
         )
     host = socket.gethostname()
-    stale_runs = [run_id for run_id, pid in queries.running_runs(conn, host) if not _pid_alive(pid)]
+    stale_runs = [run_id for run_id, pid in upkeep.running_runs(conn, host) if not _pid_alive(pid)]
     out.append(
         _Finding(
             "stale-runs",
@@ -150,7 +150,7 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             "illegal-choices",
             "entries whose choice or heuristic is not in their candidate set",
             "delete them",
-            queries.illegal_choices(conn),
+            upkeep.illegal_choices(conn),
             _deleting(ENTRIES),
         )
     )
@@ -181,7 +181,7 @@ def _unreadable_records(conn: Connection, progress: Progress | None) -> list[int
     why doctor checks that and does not decode every record)."""
     total = queries.count(conn, TIMING_RECORDS)
     bad = []
-    for done, (record_id, data) in enumerate(queries.records(conn)):
+    for done, (record_id, data) in enumerate(upkeep.records(conn)):
         if progress is not None and done % 256 == 0:
             progress("records", done, total)
         if not _readable(data):
@@ -241,7 +241,7 @@ def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = No
     """
     wal = Path(str(cache.path) + "-wal")
     with cache.transaction(write=repair) as tx:
-        integrity = queries.integrity(tx.conn)
+        integrity = upkeep.integrity(tx.conn)
         revision = migrate.current_revision(tx.conn)
         devices = queries.count(tx.conn, DEVICES)
         entries = queries.count(tx.conn, ENTRIES)

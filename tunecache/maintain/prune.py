@@ -14,7 +14,7 @@ from tunecache.candidates import candidate_names, checksum
 from tunecache.errors import BadArgumentError, TunecacheError
 from tunecache.maintain.reports import Report, aware
 from tunecache.maintain.versions import PrunedVersion, prune_versions
-from tunecache.store import queries, rows
+from tunecache.store import rows, upkeep
 from tunecache.store.models import CANDIDATE_SETS, ENTRIES, KEYS
 
 __all__ = ["PRUNE_KINDS", "PruneReport", "PrunedEntry", "prune"]
@@ -62,7 +62,7 @@ def _select_prunable(
     """The entries each chosen kind would remove, with their reasons, how many were spared,
     and the keys and candidate sets that would have no entry left once they are gone.
 
-    SQL decides all of it (`queries.prunable`, `queries.orphaned_sets`): only the selected
+    SQL decides all of it (`upkeep.prunable`, `upkeep.orphaned_sets`): only the selected
     entries reach Python. An entry still being tuned or validated is never pruned under the
     writer's feet. Only rows this prune leaves empty count as orphans: rows that were orphans
     already are doctor's business.
@@ -70,9 +70,9 @@ def _select_prunable(
     stale_sets = None
     if stale:
         sums = None if current is None else {sig: checksum(n) for sig, n in current.items()}
-        stale_sets = queries.stale_sets(conn, device_id, sums)
-    selection = queries.PruneSelection(device_id, stale_sets, unvalidated, older_than, masked)
-    found = queries.prunable(conn, selection)
+        stale_sets = upkeep.stale_sets(conn, device_id, sums)
+    selection = upkeep.PruneSelection(device_id, stale_sets, unvalidated, older_than, masked)
+    found = upkeep.prunable(conn, selection)
     chosen = [row for row in found if not row.spared]
     entries = [
         PrunedEntry(
@@ -81,7 +81,7 @@ def _select_prunable(
         for row in chosen
     ]
     keys = sorted({row.key_id for row in chosen if row.last_of_key})
-    sets = queries.orphaned_sets(conn, selection, {row.set_id for row in chosen})
+    sets = upkeep.orphaned_sets(conn, selection, {row.set_id for row in chosen})
     return entries, len(found) - len(chosen), keys, sets
 
 

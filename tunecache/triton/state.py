@@ -153,8 +153,10 @@ class KernelStore:
             return []
         try:
             rows = conn.execute(
+                # "+device": without it SQLite walks every entry of the device in the order of
+                # its (device, updated_at) index instead of sorting the key's one or two rows.
                 "SELECT entry_id, checksum, choice FROM read_entries_v1 WHERE key = ?"
-                " AND device = ? AND checksum != ? AND status != 'rejected'"
+                " AND +device = ? AND checksum != ? AND status != 'rejected'"
                 " ORDER BY updated_at DESC, entry_id DESC",
                 (key.text, state.device.fingerprint, sum_),
             ).fetchall()
