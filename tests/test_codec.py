@@ -23,6 +23,7 @@ from tunecache.codec import (
     TimingRecord,
     decode,
     encode,
+    wire_items,
 )
 from tunecache.errors import CodecError
 
@@ -574,3 +575,23 @@ cbor_values = st.recursive(
 @given(cbor_values)
 def test_fuzz_structured(value: object) -> None:
     check_decodes_or_refuses(dumps(value))
+
+
+def _cbor_items(obj: object) -> int:
+    """The CBOR items of a decoded value: one for it, and one for each key and value inside."""
+    if isinstance(obj, dict):
+        return 1 + sum(1 + _cbor_items(value) for value in obj.values())
+    if isinstance(obj, list):
+        return 1 + sum(_cbor_items(value) for value in obj)
+    return 1
+
+
+@given(records)
+def test_the_item_count_encode_checks_is_the_records_own(record: TimingRecord) -> None:
+    data = encode(record)
+    counted = _cbor_items(cbor2.loads(data))
+    assert counted == wire_items(len(record.candidates), len(record.settings), len(record.env))
+    # The limit encode holds to is the one decode holds to.
+    assert decode(data, max_items=counted) == record
+    with pytest.raises(CodecError, match="more than"):
+        decode(data, max_items=counted - 1)

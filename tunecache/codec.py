@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import cbor2
 
-from tunecache._cbor import check_bounds, check_keys, decode_bounded, kind, one_line, short
+from tunecache._cbor import check_keys, decode_bounded, kind, one_line, short
 from tunecache.checks import is_int, is_real
 from tunecache.errors import CodecError
 
@@ -32,6 +32,7 @@ __all__ = [
     "TimingRecord",
     "decode",
     "encode",
+    "wire_items",
 ]
 
 #: the newest format version this module writes and reads
@@ -144,23 +145,47 @@ def encode(record: TimingRecord) -> bytes:
         wire_candidates.append(
             {"n": c.name, "s": samples, "l": c.inner_loops, "e": c.error, "p": c.pruned}
         )
-    wire = {
-        "v": FORMAT_VERSION,
-        "c": wire_candidates,
-        "settings": _scalars(record.settings, "settings"),
-        "env": _scalars(record.env, "env"),
-    }
+    settings, env = _scalars(record.settings, "settings"), _scalars(record.env, "env")
+    wire = {"v": FORMAT_VERSION, "c": wire_candidates, "settings": settings, "env": env}
+    # Never write what the default decoder would refuse to read back. The wire form is fixed
+    # (3 levels deep at most, every value a scalar), so its item count is known without a
+    # pre-scan of the bytes, which would cost as much as the encoding itself.
+    items = wire_items(len(wire_candidates), len(settings), len(env))
+    if items > MAX_ITEMS:
+        raise CodecError(f"{_PREFIX}more than {MAX_ITEMS} items")
     try:
         data: bytes = cbor2.dumps(wire, canonical=True)
     except Exception as e:  # what we pass is validated, so this is a bug, but keep the contract
         raise CodecError(f"{_PREFIX}cannot encode: {one_line(e)}") from e
-    # Never write what the default decoder would refuse to read back.
-    check_bounds(data, max_size=MAX_SIZE, max_depth=MAX_DEPTH, max_items=MAX_ITEMS, prefix=_PREFIX)
+    if len(data) > MAX_SIZE:
+        raise CodecError(f"{_PREFIX}{len(data)} bytes exceed the limit of {MAX_SIZE}")
     return data
+
+
+def wire_items(candidates: int, settings: int, env: int) -> int:
+    """How many CBOR items a v1 record with these many candidates, settings and env values
+    takes: its top map (4 keys), the version, the candidate array with 11 items a candidate
+    (a map of 5 keys and 5 scalar values), and the settings and env maps of scalars."""
+    top = 1 + 4  # the map and its keys
+    return top + 1 + (1 + 11 * candidates) + (1 + 2 * settings) + (1 + 2 * env)
 
 
 def _pack(samples: Iterable[object], where: str) -> bytes:
     """Check samples and pack them as little-endian float64 bytes."""
+    if isinstance(samples, tuple) and all(type(x) is float for x in samples):
+        # The common case, floats a bench measured: packed in one call.
+        packed = array("d", samples)
+    else:
+        packed = _pack_each(samples, where)
+    _check_samples(packed, where)
+    if sys.byteorder == "big":  # the wire is little-endian float64
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _pack_each(samples: Iterable[object], where: str) -> array[float]:
+    """Samples of any kind packed one by one, each refused with its position if it is not a
+    real number or does not fit a float64."""
     packed = array("d")
     for j, x in enumerate(samples):
         if not is_real(x):
@@ -169,10 +194,7 @@ def _pack(samples: Iterable[object], where: str) -> bytes:
             packed.append(x)
         except OverflowError:
             raise CodecError(f"{where}sample {j} does not fit a float64") from None
-    _check_samples(packed, where)
-    if sys.byteorder == "big":  # the wire is little-endian float64
-        packed.byteswap()
-    return packed.tobytes()
+    return packed
 
 
 # --- decoding --------------------------------------------------------------------------------
