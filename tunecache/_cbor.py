@@ -125,7 +125,7 @@ def prescan(data: bytes, *, max_depth: int, max_items: int, prefix: str) -> None
         raise CodecError(f"{prefix}{n - pos} trailing byte(s) after the record at byte {pos}")
 
 
-def check_keys(obj: dict[object, object], expected: frozenset[str], where: str) -> None:
+def check_keys(obj: dict[object, object], expected: frozenset[str], where: object) -> None:
     """Refuse a decoded map that lacks a key of its schema or has one outside it; messages
     start with `where`."""
     missing = expected.difference(obj)

@@ -135,7 +135,7 @@ def encode(record: TimingRecord) -> bytes:
     for i, c in enumerate(record.candidates):
         if not isinstance(c, CandidateTiming):
             raise CodecError(f"{_PREFIX}candidate {i} is {kind(c)}, not a CandidateTiming")
-        where = _where(i, c.name)
+        where = _Where(i, c.name)
         _check_name(c.name, where, names)
         _check_loops(c.inner_loops, where)
         _check_error(c.error, where)
@@ -170,7 +170,7 @@ def wire_items(candidates: int, settings: int, env: int) -> int:
     return top + 1 + (1 + 11 * candidates) + (1 + 2 * settings) + (1 + 2 * env)
 
 
-def _pack(samples: Iterable[object], where: str) -> bytes:
+def _pack(samples: Iterable[object], where: object) -> bytes:
     """Check samples and pack them as little-endian float64 bytes."""
     if isinstance(samples, tuple) and all(type(x) is float for x in samples):
         # The common case, floats a bench measured: packed in one call.
@@ -183,7 +183,7 @@ def _pack(samples: Iterable[object], where: str) -> bytes:
     return packed.tobytes()
 
 
-def _pack_each(samples: Iterable[object], where: str) -> array[float]:
+def _pack_each(samples: Iterable[object], where: object) -> array[float]:
     """Samples of any kind packed one by one, each refused with its position if it is not a
     real number or does not fit a float64."""
     packed = array("d")
@@ -245,7 +245,7 @@ def _from_wire(obj: object) -> TimingRecord:
     for i, wc in enumerate(wire_candidates):
         if not isinstance(wc, dict):
             raise CodecError(f"{_PREFIX}candidate {i} is {kind(wc)}, not a map")
-        where = _where(i, wc.get("n"))
+        where = _Where(i, wc.get("n"))
         check_keys(wc, _CANDIDATE_KEYS, where)
         name = _check_name(wc["n"], where, names)
         loops, error, pruned = wc["l"], wc["e"], wc["p"]
@@ -262,7 +262,7 @@ def _from_wire(obj: object) -> TimingRecord:
     )
 
 
-def _unpack(raw: object, where: str) -> tuple[float, ...]:
+def _unpack(raw: object, where: object) -> tuple[float, ...]:
     """Check and unpack a little-endian float64 byte string into samples."""
     if not isinstance(raw, bytes):
         raise CodecError(f"{where}'s' is {kind(raw)}, not a byte string")
@@ -279,7 +279,7 @@ def _unpack(raw: object, where: str) -> tuple[float, ...]:
 # --- shared checks ---------------------------------------------------------------------------
 
 
-def _check_samples(samples: array[float], where: str) -> None:
+def _check_samples(samples: array[float], where: object) -> None:
     """Refuse samples that are not finite and >= 0."""
     for j, x in enumerate(samples):
         # One chained comparison rejects NaN (it compares false), infinities and negatives.
@@ -287,7 +287,7 @@ def _check_samples(samples: array[float], where: str) -> None:
             raise CodecError(f"{where}sample {j} is {x!r}; samples must be finite and >= 0")
 
 
-def _check_name(name: object, where: str, seen: set[str]) -> str:
+def _check_name(name: object, where: object, seen: set[str]) -> str:
     """Refuse a candidate name that is not a non-empty str or repeats an earlier one."""
     if not isinstance(name, str):
         raise CodecError(f"{where}name is {kind(name)}, not a str")
@@ -300,14 +300,14 @@ def _check_name(name: object, where: str, seen: set[str]) -> str:
     return name
 
 
-def _check_loops(loops: object, where: str) -> None:
+def _check_loops(loops: object, where: object) -> None:
     """Refuse an inner_loops that is not an int in [1, 2**63): the store keeps it in a signed
     64-bit SQLite INTEGER, so a larger one would be accepted here and fail at the write."""
     if not is_int(loops) or not 1 <= loops <= _LOOPS_MAX:
         raise CodecError(f"{where}inner_loops must be an int in [1, 2**63), got {short(loops)}")
 
 
-def _check_error(error: object, where: str) -> None:
+def _check_error(error: object, where: object) -> None:
     """Refuse an error that is neither None nor text."""
     if error is not None:
         if not isinstance(error, str):
@@ -315,8 +315,10 @@ def _check_error(error: object, where: str) -> None:
         _check_text(error, where)
 
 
-def _check_text(text: str, where: str) -> None:
+def _check_text(text: str, where: object) -> None:
     """Refuse text with lone surrogates: they have no UTF-8 form, so CBOR cannot carry them."""
+    if text.isascii():
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -332,7 +334,7 @@ def _scalars(mapping: object, what: str) -> dict[str, Scalar]:
         if not isinstance(key, str):
             raise CodecError(f"{_PREFIX}{what} key is {kind(key)}, not a str")
         _check_text(key, f"{_PREFIX}{what} ")
-        where = f"{_PREFIX}{what}[{short(key)}]: "
+        where = _Where(what, key)
         if value is None or isinstance(value, bool):
             pass
         elif isinstance(value, int):
@@ -350,8 +352,20 @@ def _scalars(mapping: object, what: str) -> dict[str, Scalar]:
     return out
 
 
-def _where(index: int, name: object) -> str:
-    """The message prefix that names a candidate."""
-    if isinstance(name, str):
-        return f"{_PREFIX}candidate {index} ({short(name)}): "
-    return f"{_PREFIX}candidate {index}: "
+class _Where:
+    """The message prefix that names a candidate (an index) or a settings or env value (the
+    map's name), formatted only if a message needs it: a valid record never does, and
+    building the text for each of its parts cost an eighth of encoding it."""
+
+    __slots__ = ("name", "part")
+
+    def __init__(self, part: int | str, name: object) -> None:
+        self.part = part
+        self.name = name
+
+    def __format__(self, spec: str) -> str:
+        if isinstance(self.part, str):
+            return f"{_PREFIX}{self.part}[{short(self.name)}]: "
+        if isinstance(self.name, str):
+            return f"{_PREFIX}candidate {self.part} ({short(self.name)}): "
+        return f"{_PREFIX}candidate {self.part}: "
