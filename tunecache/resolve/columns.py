@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from tunecache.keys import is_dim_name
-from tunecache.resolve.grid import parse_dims
+from tunecache.resolve.grid import narrow, parse_dims
 
 __all__ = [
     "ACCEPTED",
@@ -60,13 +60,13 @@ class Columns(NamedTuple):
 
     #: the dims' names, in the order of each row of `values`
     names: tuple[str, ...]
-    #: entry ids (int64)
+    #: entry ids (int32 or int64)
     ids: Any
     #: status codes (uint8): ACCEPTED, UNVALIDATED, REJECTED, or 3 for any other status
     status: Any
     #: verdict flags (uint8): VALIDATED_BY_ANY | MASKED_BY_US | VALIDATED_BY_US
     flags: Any
-    #: the dims' values (int64, one row per entry)
+    #: the dims' values (int32 or int64, one row per entry)
     values: Any
     #: each entry's choice, as a position in `choices` (int32)
     codes: Any
@@ -213,7 +213,7 @@ def from_texts(texts: list[Any]) -> list[Columns] | None:
             return None
         names, values = parsed
         codes, distinct = coded
-        return [Columns(names, ids, status, flags, values, codes, distinct)]
+        return [Columns(names, narrow(np, ids), status, flags, narrow(np, values), codes, distinct)]
     finally:
         texts.clear()
 

@@ -24,6 +24,7 @@ __all__ = [
     "SignatureIndex",
     "check_max_distance",
     "check_scenarios",
+    "narrow",
     "parse_dims",
     "row_hash",
 ]
@@ -85,8 +86,9 @@ class Row(NamedTuple):
     choice: str
 
 
-def _narrow(np: Any, values: Any) -> Any:
-    """int64 values as int32 when they all fit."""
+def narrow(np: Any, values: Any) -> Any:
+    """An array of integers as int32 when they all fit, else as it is: a million rows of
+    entry ids or dims are then half the memory."""
     if values.size and int(values.min()) >= -(2**31) and int(values.max()) < 2**31:
         return values.astype(np.int32)
     return values
@@ -148,11 +150,13 @@ class Grid:
         self.size = size = len(order)
         hashes = np.zeros(size, np.int64)
         for i in range(ndims):
-            hashes = hashes * _HASH_FACTOR + vals[:, i]
+            hashes *= _HASH_FACTOR
+            hashes += vals[:, i]
         # The narrowest types that hold them: a million rows are tens of MB, not hundreds.
-        self.vals = _narrow(np, vals)
-        self.ids = _narrow(np, ids[order])
+        self.vals = narrow(np, vals)
+        self.ids = narrow(np, ids[order])
         self.codes = codes[order].astype(np.min_scalar_type(max(len(choices) - 1, 0)))
+        del order, vals
         self.hash_order = np.argsort(hashes, kind="stable").astype(_position_type(np, size))
         self.hashes = hashes[self.hash_order]
         #: positions of the dims the cap applies to, and of the symbolic (uncapped) ones
@@ -180,8 +184,10 @@ class Grid:
 
     def _logs(self, values: Any) -> Any:
         np = self.np
+        logs = np.log2(np.maximum(values, 1), dtype=np.float64)
         # A size of 0 (an empty tensor) counts as 1/2, one octave below 1, to stay comparable.
-        return np.where(values > 0, np.log2(np.maximum(values, 1)), -1.0)
+        logs[values <= 0] = -1.0
+        return logs
 
     def _build(self, cap: float) -> tuple[Any, ...]:
         """A grid of cells over up to four capped dims: cell -> its rows, in tie order.
@@ -198,7 +204,6 @@ class Grid:
         Python objects for a million rows would take hundreds of MB.
         """
         np = self.np
-        logs = self._logs(self.vals)
         # Half the cap: a cell is smaller than the neighbourhood a summed distance allows, so
         # a near row is usually in the query's own cell or the next. At least 1/512 of an octave.
         width = max(cap / 2, 1 / 512)
@@ -209,22 +214,28 @@ class Grid:
         cells: dict[int, int] = {}
         bounds: Any = (0, self.size)
         members: Any = range(self.size)
+        vals = self.vals
         if axes and self.size:
             number = np.zeros(self.size, np.int64)
             for axis in axes:
-                coord = np.floor(logs[:, axis] / width).astype(np.int64)
+                coord = np.floor(self._logs(vals[:, axis]) / width).astype(np.int64)
                 first = int(coord.min())
                 low.append(first)
                 span.append(int(coord.max()) - first + 1)
-                number = number * span[-1] + (coord - first)
+                number *= span[-1]
+                number += coord - first
+            del coord
             order = np.argsort(number, kind="stable").astype(_position_type(np, self.size))
             number = number[order]
             starts = np.flatnonzero(np.append(True, number[1:] != number[:-1]))
             cells = dict(zip(number[starts].tolist(), range(len(starts)), strict=True))
+            del number
             bounds = memoryview(np.append(starts, self.size))
             members = memoryview(order)
-            # The logs in cell order: a cell's rows are read one after the other.
-            logs = logs[order]
+            # The rows in cell order: a cell's rows are read one after the other.
+            vals = vals[order]
+        logs = self._logs(vals)
+        del vals
         flat = memoryview(np.ascontiguousarray(logs).reshape(-1))
         self._grid = (axes, width, low, span, cells, bounds, members, flat)
         self._grid_cap = cap
