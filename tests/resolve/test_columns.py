@@ -35,15 +35,17 @@ def _refuse_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(columns, "from_rows", refuse)
 
 
-def _texts(dims: list[str], choices: list[str] | None = None) -> list[Any]:
-    """The texts of the reader's bulk query for entries 1, 2, ... with these dims, accepted."""
+def _texts(
+    dims: list[str], choices: list[str] | None = None, words: list[int] | None = None
+) -> list[Any]:
+    """The texts of the reader's bulk query for entries 1, 2, ... with these dims: accepted
+    unless `words` packs them otherwise (id * 4 + status)."""
     count = len(dims)
+    packed = words if words is not None else [(i + 1) * 4 for i in range(count)]
     chosen = choices if choices is not None else ["blas"] * count
     return [
         count,
-        ",".join(str(i + 1) for i in range(count)),
-        "0" * count,
-        None,
+        ",".join(map(str, packed)),
         " ".join(dims),
         columns.CHOICE_SEPARATOR.join(chosen),
     ]
@@ -166,9 +168,38 @@ def test_entries_of_statuses_the_table_does_not_serve_are_left_out(
     assert everything.resolve(mm(1000), CANDS, "blas").entry_id == ids[mm(1024)]
 
 
-def test_every_rule_judges_alike_before_and_after_the_signature_is_loaded(
-    judged: dict[str, Entry], db: Path, device: Device
+def test_an_in_memory_decision_stands_in_for_the_stored_one_of_its_shape(
+    store: Cache, db: Path, device: Device, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    ids = put_many(store, db, [(mm(m), "blocked", "accepted") for m in (64, 256, 1024)])
+    _refuse_rows(monkeypatch)
+    t = table(db, device, model="gpt").derive(
+        add=[(mm(256), CANDS, "naive"), (mm(4096), CANDS, "naive")], mask=[ids[mm(1024)]]
+    )
+    assert t.resolve(mm(300), CANDS, "blas") == Answer(
+        "naive", "nearest", None, pytest.approx(np.log2(300 / 256)), mm(256)
+    )
+    assert t.resolve(mm(70), CANDS, "blas").entry_id == ids[mm(64)]
+    # A masked entry lends nothing: 1100 borrows from no one, and 1024 itself is masked.
+    assert t.resolve(mm(1100), CANDS, "blas") == Answer("blas", "heuristic")
+    assert t.resolve(mm(1024), CANDS, "blas") == Answer("blas", "masked", ids[mm(1024)], 0.0)
+    assert t.resolve(mm(4000), CANDS, "blas").borrowed_from == mm(4096)
+
+
+@pytest.mark.parametrize(
+    ("others", "filler"), [(8, 0), (1, 40)], ids=["through-the-entries", "every-verdict"]
+)
+def test_every_rule_judges_alike_before_and_after_the_signature_is_loaded(
+    judged: dict[str, Entry], store: Cache, db: Path, device: Device, others: int, filler: int
+) -> None:
+    # Verdicts on other signatures' entries must not count. With more verdicts in the file than
+    # twice the signature's entries, the reader finds them through the signature's entries;
+    # with fewer, it reads every verdict of the file.
+    for c in range(1, others + 1):
+        other = put(store, make_key("conv_F32", c=c), "blocked", status="unvalidated")
+        store.validate(other, model="gpt", fingerprint="g1", verdict="validated", gain=1.2)
+    if filler:
+        put_many(store, db, [(mm(m, 7), "naive", "unvalidated") for m in range(1, filler)])
     shapes = (16, 256, 4096)
     for model, fingerprint, use in [
         (None, None, "validated"),
@@ -232,12 +263,13 @@ def test_texts_not_in_the_bulk_form_are_left_to_the_row_by_row_reader(dims: list
 @pytest.mark.parametrize(
     "texts",
     [
-        [2, "1", "00", None, "m=1 m=2", "a\x1fb"],  # too few ids
-        [2, "1,2", "0", None, "m=1 m=2", "a\x1fb"],  # too few statuses
-        [2, "1,2", "00", "1", "m=1 m=2", "a\x1fb"],  # too few flags
-        [2, "1,2", "00", None, "m=1 m=2", "a"],  # too few choices (a NULL is left out)
-        [2, "1,2", "00", None, "m=1 m=2", "a\x1fb\x1fc"],  # a separator inside a choice
-        [2, "1,2", "00", None, None, "a\x1fb"],
+        [2, "4", "m=1 m=2", "a\x1fb"],  # too few entries
+        [2, "4,-8", "m=1 m=2", "a\x1fb"],  # a negative id
+        [2, "4,3.7e+19", "m=1 m=2", "a\x1fb"],  # an id too large to pack, made a float
+        [2, "4,8", "m=1 m=2", "a"],  # too few choices (a NULL is left out)
+        [2, "4,8", "m=1 m=2", "a\x1fb\x1fc"],  # a separator inside a choice
+        [2, "4,8", None, "a\x1fb"],
+        [2, None, "m=1 m=2", "a\x1fb"],
     ],
 )
 def test_texts_that_do_not_count_the_same_rows_are_left_to_the_row_by_row_reader(
@@ -250,21 +282,42 @@ def test_texts_that_do_not_count_the_same_rows_are_left_to_the_row_by_row_reader
 def test_the_bulk_form_parses_into_columns(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     monkeypatch.setattr(columns, "CHUNK", chunk)
     rows = [f"bm={i} m={i * 7} k={2**40 + i}" for i in range(50)]
-    texts = _texts(rows, ["naive", "x,y z", "naive"] * 16 + ["blas", "naïve"])
-    texts[2] = "0123" * 12 + "01"
-    texts[3] = "7" * 50
+    statuses = [0, 1, 2, 3] * 12 + [0, 1]
+    words = [(i + 1) * 4 + statuses[i] for i in range(50)]
+    texts = _texts(rows, ["naive", "x,y z", "naive"] * 16 + ["blas", "naïve"], words)
     [parsed] = from_texts(texts) or []
     assert texts == []  # each text is taken out of the list as it is read
     assert parsed.names == ("bm", "m", "k")
     assert parsed.ids.tolist() == list(range(1, 51))
     assert parsed.values.tolist() == [[i, i * 7, 2**40 + i] for i in range(50)]
-    assert parsed.status.tolist() == [0, 1, 2, 3] * 12 + [0, 1]
-    assert parsed.flags.tolist() == [7] * 50
+    assert parsed.status.tolist() == statuses
+    assert parsed.flags.tolist() == [0] * 50
     assert [parsed.choices[c] for c in parsed.codes] == ["naive", "x,y z", "naive"] * 16 + [
         "blas",
         "naïve",
     ]
-    assert from_texts([0, None, None, None, None, None]) == []
+    assert from_texts([0, None, None, None]) == []
+
+
+@pytest.mark.parametrize("base", [0, 10**12], ids=["dense-ids", "sparse-ids"])
+def test_verdicts_merge_into_the_flags_of_their_entries(base: int) -> None:
+    ids = [base + i for i in (1, 2, 3, 4)]
+    texts = _texts(["m=1", "m=2", "m=3", "m=4"], words=[i * 4 for i in ids])
+    [parsed] = from_texts(texts) or []
+    # Entry 2: validated by a model and masked by ours; entry 4: validated by ours; entry 9 is
+    # not among these entries.
+    words = [(base + 2) * 8 + 1, (base + 4) * 8 + 4, (base + 2) * 8 + 2, (base + 9) * 8 + 1]
+    verdicts = columns.verdicts_from_text(",".join(map(str, words)))
+    assert verdicts is not None
+    assert [a.tolist() for a in verdicts] == [[w >> 3 for w in words], [w & 7 for w in words]]
+    rows = columns.verdicts_from_rows([(w >> 3, w & 7) for w in words])
+    assert [a.tolist() for a in rows] == [a.tolist() for a in verdicts]
+    [flagged] = columns.with_verdicts([parsed], *verdicts)
+    assert flagged.flags.tolist() == [0, 3, 0, 4]
+    assert flagged.values.tolist() == parsed.values.tolist()
+    assert columns.verdicts_from_text("16,-8") is None  # a hostile id: read row by row
+    nothing = columns.verdicts_from_text(None)
+    assert nothing is not None and columns.with_verdicts([parsed], *nothing) == [parsed]
 
 
 def test_keys_without_dims_load_in_bulk() -> None:

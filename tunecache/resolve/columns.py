@@ -1,12 +1,13 @@
 """A signature's entries as columns: what the reader loads in bulk and the index is built from.
 
 The reader (`tunecache.resolve.reader`) asks SQLite for each column of a signature's entries as
-one text, in one pass: the entry ids, the statuses and verdict flags as one digit a row, the dims
-and the choices. Parsing those texts takes a few numpy calls and no Python call per row: the dims
-of every key of a signature have the same names in the same order, so the names are stripped
-once and numpy reads the numbers. A text that is not in that canonical form (keys of one
-signature with different dim names, or a damaged value) is not guessed at: `from_texts` says so,
-and the reader reads the signature row by row (`from_rows`), as the resolver always did.
+one text, in one pass: the entry ids with their statuses and verdict flags packed in one integer
+a row, the dims, and the choices. Parsing those texts takes a few numpy calls and no Python call
+per row: the dims of every key of a signature have the same names in the same order, so the
+names are checked and blanked out at once and numpy reads the numbers. A text that is not in that
+canonical form (keys of one signature with different dim names, or a damaged value) is not
+guessed at: `from_texts` says so, and the reader reads the signature row by row (`from_rows`),
+as the resolver always did.
 
 numpy is imported by the first load, never by importing this module.
 """
@@ -24,13 +25,19 @@ __all__ = [
     "CHOICE_SEPARATOR",
     "CHUNK",
     "MASKED_BY_US",
+    "PACKED",
     "REJECTED",
     "STATUS_CODE",
     "VALIDATED_BY_ANY",
     "VALIDATED_BY_US",
+    "VERDICT_BITS",
+    "VERDICT_WORD",
     "Columns",
     "from_rows",
     "from_texts",
+    "verdicts_from_rows",
+    "verdicts_from_text",
+    "with_verdicts",
 ]
 
 #: The status codes of the status column (`STATUS_CODE` in SQL): 3 is any other status.
@@ -43,6 +50,20 @@ STATUS_CODE = (
 #: The bits of the verdict flags column: an entry validated by any model, masked by the reading
 #: table's model, validated by it.
 VALIDATED_BY_ANY, MASKED_BY_US, VALIDATED_BY_US = 1, 2, 4
+
+#: An entry's id and status code as one integer, so that one aggregate carries both: SQLite
+#: spends about as much on each aggregate of a row as on the row's joins.
+PACKED = "e.entry_id * 4 + " + STATUS_CODE
+
+#: A verdict's flags (`VALIDATED_BY_ANY` and, when the verdict is the reading table's model's,
+#: `MASKED_BY_US` or `VALIDATED_BY_US`, as `Rules.judge` counts them), in SQL over
+#: read_verdicts_v1 v, given `{mine}`: whether the verdict is that model's.
+VERDICT_BITS = (
+    "(v.verdict IS 'validated') + 2 * ({mine} AND v.verdict IS 'masked')"
+    " + 4 * ({mine} AND v.verdict IS NOT 'masked')"
+)
+#: A verdict's entry id and flags as one integer.
+VERDICT_WORD = "v.entry_id * 8 + " + VERDICT_BITS
 
 #: Between two choices in the choices text: a candidate name is printable, this is not.
 CHOICE_SEPARATOR = "\x1f"
@@ -72,13 +93,6 @@ class Columns(NamedTuple):
     codes: Any
     #: the distinct choices
     choices: list[str]
-
-
-def _digits(text: str | None, count: int, np: Any) -> Any:
-    """A text of one digit a row (the statuses, the flags) as uint8, or None if it is not."""
-    if text is None or len(text) != count or not text.isdigit() or not text.isascii():
-        return None
-    return np.frombuffer(text.encode("ascii"), np.uint8) - ord("0")
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -186,26 +200,37 @@ def _codes(text: str | None, count: int, np: Any) -> tuple[Any, list[str]] | Non
     return (codes, list(code_of)) if filled == count else None
 
 
+def _words(text: str | None, count: int | None, np: Any) -> Any:
+    """The integers of a comma-separated text (`count` of them, when given), or None unless it
+    holds only non-negative integers: an id too large to pack comes as a float, a hostile one
+    may be negative, and the row-by-row reader takes those."""
+    if text is None:
+        return None
+    raw = text.encode("ascii")
+    buf = np.frombuffer(raw, np.uint8)
+    if not bool((((buf - ord("0")) < 10) | (buf == ord(","))).all()):
+        return None
+    words = np.fromstring(raw, dtype=np.int64, sep=",")
+    return words if count is None or words.size == count else None
+
+
 def from_texts(texts: list[Any]) -> list[Columns] | None:
     """The columns of a signature's entries from the texts of the reader's bulk query, or None
     when the texts are not in the form this reads: then the reader reads row by row.
 
-    `texts` is [count, ids, statuses, flags, dims, choices] (flags None: no verdict at all in the
-    file). The list is emptied as it is read, so that each text is freed once it is parsed: a
-    million entries are tens of MB of text.
+    `texts` is [count, the entries' ids and statuses (`PACKED`), dims, choices]. The list is
+    emptied as it is read, so that each text is freed once it is parsed: a million entries are
+    tens of MB of text. The flags are 0: `with_verdicts` sets them.
     """
     import numpy as np
 
     try:
-        count, ids_text, status_text, flags_text = texts[:4]
-        del texts[:4]
+        count = texts[0]
         if not count:
             return []
-        ids = np.fromstring(ids_text or "", dtype=np.int64, sep=",")
-        status = _digits(status_text, count, np)
-        flags = np.zeros(count, np.uint8) if flags_text is None else _digits(flags_text, count, np)
-        del ids_text, status_text, flags_text
-        if ids.size != count or status is None or flags is None or texts[0] is None:
+        words = _words(texts[1], count, np)
+        texts[:2] = []
+        if words is None or texts[0] is None:
             return None
         parsed = _dims(texts.pop(0), count, np)
         coded = _codes(texts.pop(0), count, np)
@@ -213,26 +238,29 @@ def from_texts(texts: list[Any]) -> list[Columns] | None:
             return None
         names, values = parsed
         codes, distinct = coded
-        return [Columns(names, narrow(np, ids), status, flags, narrow(np, values), codes, distinct)]
+        ids = narrow(np, words >> 2)
+        status = (words & 3).astype(np.uint8)
+        flags = np.zeros(count, np.uint8)
+        return [Columns(names, ids, status, flags, narrow(np, values), codes, distinct)]
     finally:
         texts.clear()
 
 
-def from_rows(rows: Iterable[tuple[int, int, int, str, str]]) -> list[Columns]:
-    """The columns of entries read row by row (entry id, status code, flags, dims, choice),
-    one `Columns` for each list of dim names."""
+def from_rows(rows: Iterable[tuple[int, int, str, str]]) -> list[Columns]:
+    """The columns of entries read row by row (entry id, status code, dims, choice), one
+    `Columns` for each list of dim names; the flags are 0 (`with_verdicts` sets them)."""
     import numpy as np
 
     groups: dict[tuple[str, ...], tuple[list[Any], ...]] = {}
-    for entry_id, status, flags, dims, choice in rows:
+    for entry_id, status, dims, choice in rows:
         names, values = parse_dims(dims)
         group = groups.get(names)
         if group is None:
-            group = groups[names] = ([], [], [], [], [])
-        for column, value in zip(group, (entry_id, status, flags, values, choice), strict=True):
+            group = groups[names] = ([], [], [], [])
+        for column, value in zip(group, (entry_id, status, values, choice), strict=True):
             column.append(value)
     out = []
-    for names, (ids, statuses, flags_, shapes, choices) in groups.items():
+    for names, (ids, statuses, shapes, choices) in groups.items():
         distinct = list(dict.fromkeys(choices))
         code_of = {choice: i for i, choice in enumerate(distinct)}
         out.append(
@@ -240,10 +268,58 @@ def from_rows(rows: Iterable[tuple[int, int, int, str, str]]) -> list[Columns]:
                 names,
                 np.array(ids, dtype=np.int64),
                 np.array(statuses, dtype=np.uint8),
-                np.array(flags_, dtype=np.uint8),
+                np.zeros(len(ids), np.uint8),
                 np.array(shapes, dtype=np.int64).reshape(len(ids), len(names)),
                 np.fromiter(map(code_of.__getitem__, choices), np.int32, len(choices)),
                 distinct,
             )
         )
+    return out
+
+
+def verdicts_from_text(text: str | None) -> tuple[Any, Any] | None:
+    """The verdicts of the reader's verdict query (`VERDICT_WORD` of each, comma-separated) as
+    (entry ids, verdict flags), or None if the text is not of non-negative integers."""
+    import numpy as np
+
+    words = _words(text or "", None, np)
+    return None if words is None else (words >> 3, (words & 7).astype(np.uint8))
+
+
+def verdicts_from_rows(rows: Iterable[tuple[int, int]]) -> tuple[Any, Any]:
+    """The verdicts read row by row (entry id, its `VERDICT_BITS`), as `verdicts_from_text`
+    gives them."""
+    import numpy as np
+
+    pairs = list(rows)
+    ids = np.array([entry_id for entry_id, _ in pairs], np.int64)
+    return ids, np.array([bits for _, bits in pairs], np.uint8)
+
+
+def with_verdicts(found: list[Columns], ids: Any, flags: Any) -> list[Columns]:
+    """`found` with the flags of the verdicts (entry ids, flags) on its entries, each entry's
+    verdicts or-ed together; verdicts on other entries are left out."""
+    import numpy as np
+
+    if not ids.size or not found:
+        return found
+    rows = sum(len(columns.ids) for columns in found)
+    low = min(int(ids.min()), *(int(c.ids.min()) for c in found if c.ids.size))
+    top = max(int(ids.max()), *(int(c.ids.max()) for c in found if c.ids.size))
+    if low >= 0 and top < 16 * (rows + ids.size) + 1024:
+        # Ids as dense as a store numbers them: a table of flags by entry id, a byte an id.
+        table = np.zeros(top + 1, np.uint8)
+        np.bitwise_or.at(table, ids, flags)
+        return [Columns(*c[:3], table[c.ids], *c[4:]) for c in found]
+    order = np.argsort(ids, kind="stable")
+    ids, flags = ids[order], flags[order]
+    starts = np.flatnonzero(np.append(True, ids[1:] != ids[:-1]))
+    ids, flags = ids[starts], np.bitwise_or.reduceat(flags, starts)
+    out = []
+    for columns in found:
+        at = np.minimum(np.searchsorted(ids, columns.ids), ids.size - 1)
+        judged = ids[at] == columns.ids
+        own = np.zeros(columns.ids.shape, np.uint8)
+        own[judged] = flags[at[judged]]
+        out.append(Columns(*columns[:3], own, *columns[4:]))
     return out

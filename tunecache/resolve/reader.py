@@ -45,14 +45,16 @@ _ENTRIES = (
 _MINE = (
     "coalesce(v.model = :model AND (:fingerprint IS NULL OR v.model_fingerprint = :fingerprint), 0)"
 )
-# An entry's verdict flags (tunecache.resolve.columns): validated by any model, masked by ours,
-# any other verdict of ours (as `Rules.judge` counts them).
-_FLAGS = (
-    "coalesce((SELECT coalesce(max(v.verdict = 'validated'), 0)"
-    f" + 2 * coalesce(max({_MINE} AND v.verdict = 'masked'), 0)"
-    f" + 4 * coalesce(max({_MINE} AND v.verdict IS NOT 'masked'), 0)"
-    " FROM read_verdicts_v1 v WHERE v.entry_id = e.entry_id), 0)"
+# The verdicts on those entries, found from the entries (the signature's index).
+_BY_SIGNATURE = (
+    " FROM read_verdicts_v1 v JOIN read_entries_v1 e ON e.entry_id = v.entry_id"
+    " WHERE e.signature = :signature AND +e.checksum = :checksum AND +e.device = :device"
 )
+# Every verdict of the file, without the join: a third of the cost a verdict has through its
+# entry, so reading them all is cheaper up to about twice as many verdicts as the signature has
+# entries (the ones on other entries are left out in numpy).
+_EVERY = " FROM read_verdicts_v1 v"
+_VERDICT_COST = 2
 
 
 class Busy(Exception):
@@ -252,15 +254,10 @@ class Reader:
         }
         conn.execute("BEGIN")
         try:
-            # Most caches hold no verdict at all: then no row needs the per-entry subquery.
-            verdicts = conn.execute("SELECT 1 FROM read_verdicts_v1 LIMIT 1").fetchone()
-            flags = "0" if verdicts is None else _FLAGS
-            flags_text = "NULL" if verdicts is None else f"group_concat({flags}, '')"
             separator = f"char({ord(columns.CHOICE_SEPARATOR)})"
             cursor = conn.execute(
-                "SELECT count(*), group_concat(e.entry_id),"
-                f" group_concat({columns.STATUS_CODE}, ''), {flags_text},"
-                f" group_concat(e.dims, ' '), group_concat(e.choice, {separator})" + _ENTRIES,
+                f"SELECT count(*), group_concat({columns.PACKED}), group_concat(e.dims, ' '),"
+                f" group_concat(e.choice, {separator})" + _ENTRIES,
                 args,
             )
             # All the aggregates step through the same rows in the same order, so the n-th
@@ -268,17 +265,45 @@ class Reader:
             # the texts before they are parsed; the list lets the parser free each of ours.
             texts = list(cursor.fetchone())
             cursor.close()
+            count = texts[0]
             found = columns.from_texts(texts)
             if found is None:
                 rows = conn.execute(
-                    f"SELECT e.entry_id, {columns.STATUS_CODE}, {flags}, e.dims, e.choice"
-                    + _ENTRIES,
-                    args,
+                    f"SELECT e.entry_id, {columns.STATUS_CODE}, e.dims, e.choice" + _ENTRIES, args
                 )
                 found = columns.from_rows(rows)
+            if count:
+                found = self._verdicts(conn, args, count, found)
         finally:
             conn.execute("COMMIT")
         return found
+
+    @staticmethod
+    def _verdicts(
+        conn: sqlite3.Connection, args: dict[str, Any], count: int, found: list[Columns]
+    ) -> list[Columns]:
+        """`found` (`count` entries) with the flags of the verdicts on its entries."""
+        from tunecache.resolve import columns
+
+        # How many verdicts the file holds, counted up to the point where reading them through
+        # the signature's entries costs less than reading them all.
+        cap = count * _VERDICT_COST + 1
+        (some,) = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM read_verdicts_v1 LIMIT ?)", (cap,)
+        ).fetchone()
+        if not some:
+            return found
+        where = _EVERY if some < cap else _BY_SIGNATURE
+        (text,) = conn.execute(
+            f"SELECT group_concat({columns.VERDICT_WORD.format(mine=_MINE)})" + where, args
+        ).fetchone()
+        verdicts = columns.verdicts_from_text(text)
+        if verdicts is None:
+            rows = conn.execute(
+                f"SELECT v.entry_id, {columns.VERDICT_BITS.format(mine=_MINE)}" + where, args
+            )
+            verdicts = columns.verdicts_from_rows(rows)
+        return columns.with_verdicts(found, *verdicts)
 
     def _candidate_sets(self, signature: str) -> list[tuple[str, tuple[str, ...]]]:
         conn = self._connect()
