@@ -70,10 +70,17 @@ def test_a_nearest_miss_loads_numpy_and_still_no_database_library(
         for key in keys:
             cache.put(key, choice="b", candidates=("a", "b"), heuristic="a", status="accepted")
     assert "numpy" not in _modules_after("import tunecache.resolve.columns")
-    loaded = _modules_after(
+    opened = (
         "from tunecache import Device, Table, make_key\n"
         f"t = Table.open(path={str(db)!r}, device=Device(**{device.as_dict()!r}))\n"
-        "for key in (make_key('mm_F32', m=300, k=8), make_key('odd_F32', m=5)):\n"
+    )
+    hit = _modules_after(
+        opened
+        + "assert t.resolve(make_key('mm_F32', m=64, k=8), ('a', 'b'), 'a').source == 'exact'"
+    )
+    assert "tunecache.resolve.columns" not in hit  # an exact hit needs no bulk loader
+    loaded = _modules_after(
+        opened + "for key in (make_key('mm_F32', m=300, k=8), make_key('odd_F32', m=5)):\n"
         "    assert t.resolve(key, ('a', 'b'), 'a').source == 'nearest'"
     )
     heavy = {m.split(".")[0] for m in loaded} & {"sqlalchemy", "alembic", "numpy", "cbor2"}

@@ -414,3 +414,17 @@ def test_judging_columns_agrees_with_judging_each_entry(
             bool(flags[i] & columns.VALIDATED_BY_ANY),
         )
         assert (bool(served[i]), bool(masked[i])) == (judged == "use", judged == "masked")
+
+
+def test_forced_entries_are_found_in_columns_as_in_a_set() -> None:
+    # Whatever `entry_id in include` finds, the columns find: numpy integers, equal floats.
+    odd: frozenset[Any] = frozenset({np.int64(2), 3.0, 4.5, "5", 2**70})
+    rules = Rules(None, None, "all", odd, frozenset(), frozenset(), 1.0, frozenset())
+    ids = np.arange(1, 7, dtype=np.int32)
+    served, _ = rules.judge_columns(
+        ids, np.full(6, columns.REJECTED, np.uint8), np.zeros(6, np.uint8)
+    )
+    assert served.tolist() == [
+        rules.judge(i, "rejected", False, False, False) == "use" for i in range(1, 7)
+    ]
+    assert served.tolist() == [False, True, True, False, False, False]

@@ -21,17 +21,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tunecache.candidates import candidate_names, checksum
 from tunecache.keys import Key, format_key
 from tunecache.resolve.answer import Answer
-from tunecache.resolve.columns import (
-    ACCEPTED,
-    MASKED_BY_US,
-    REJECTED,
-    VALIDATED_BY_ANY,
-    VALIDATED_BY_US,
-    Columns,
-)
 from tunecache.resolve.grid import Grid, SignatureIndex
 
 if TYPE_CHECKING:
+    from tunecache.resolve.columns import Columns
     from tunecache.resolve.reader import Reader
 
     # One question being resolved: key, legal names, their checksum, heuristic, trace. A plain
@@ -89,13 +82,30 @@ class Rules(NamedTuple):
     def judge_columns(self, ids: Any, status: Any, flags: Any) -> tuple[Any, Any]:
         """`judge` for whole columns (`tunecache.resolve.columns`): boolean arrays of the rows
         served and of the rows masked for this model."""
+        import numbers
+
         import numpy as np
+
+        # Loaded with the first signature, as numpy is: a process of exact hits never needs it.
+        from tunecache.resolve.columns import (
+            ACCEPTED,
+            MASKED_BY_US,
+            REJECTED,
+            VALIDATED_BY_ANY,
+            VALIDATED_BY_US,
+        )
 
         def among(chosen: frozenset[int]) -> Any:
             if not chosen:
                 return np.zeros(ids.shape, bool)
-            # Only ints name entries: anything else in the set matches no row.
-            wanted = [i for i in chosen if isinstance(i, int) and -(2**63) <= i < 2**63]
+            # What `entry_id in chosen` finds: integers, and floats equal to one.
+            wanted = []
+            for item in chosen:
+                value: object = item
+                if isinstance(value, float) and value.is_integer():
+                    value = int(value)
+                if isinstance(value, numbers.Integral) and -(2**63) <= int(value) < 2**63:
+                    wanted.append(int(value))
             return np.isin(ids, np.array(wanted, np.int64))
 
         excluded, forced, included = among(self.exclude), among(self.mask), among(self.include)
@@ -283,6 +293,8 @@ class Lookup:
 
 def _select(columns: Columns, rows: Any) -> Columns:
     """The rows of `columns` where the boolean array `rows` is true."""
+    from tunecache.resolve.columns import Columns
+
     return Columns(
         columns.names,
         columns.ids[rows],
@@ -297,6 +309,8 @@ def _select(columns: Columns, rows: Any) -> Columns:
 def _in_memory(names: tuple[str, ...], decisions: list[tuple[Key, str]]) -> Columns:
     """In-memory decisions of one list of dim names as columns (entry id -1: not stored)."""
     import numpy as np
+
+    from tunecache.resolve.columns import Columns
 
     choices = list(dict.fromkeys(choice for _, choice in decisions))
     code_of = {choice: i for i, choice in enumerate(choices)}
