@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
+from tunecache import make_key
+from tunecache.cache import Cache
+from tunecache.device import Device
 
 
 def _modules_after(code: str) -> set[str]:
@@ -53,3 +57,31 @@ def test_the_hot_path_loads_no_heavy_library_and_explain_only_when_asked() -> No
     assert "tunecache.resolve.explain" in _modules_after(
         "import tunecache.resolve\ntunecache.resolve.Table.empty().explain('op_n4', ('a',))"
     )
+
+
+def test_a_nearest_miss_loads_numpy_and_still_no_database_library(
+    tmp_path: Path, device: Device
+) -> None:
+    db = tmp_path / "cache.db"
+    # mm_F32 loads in bulk; odd_F32 has keys of other dim names and is read row by row.
+    keys = [make_key("mm_F32", m=64, k=8), make_key("mm_F32", m=256, k=8)]
+    keys += [make_key("odd_F32", m=4), make_key("odd_F32", n=4)]
+    with Cache.open(path=db, device=device) as cache:
+        for key in keys:
+            cache.put(key, choice="b", candidates=("a", "b"), heuristic="a", status="accepted")
+    assert "numpy" not in _modules_after("import tunecache.resolve.columns")
+    opened = (
+        "from tunecache import Device, Table, make_key\n"
+        f"t = Table.open(path={str(db)!r}, device=Device(**{device.as_dict()!r}))\n"
+    )
+    hit = _modules_after(
+        opened
+        + "assert t.resolve(make_key('mm_F32', m=64, k=8), ('a', 'b'), 'a').source == 'exact'"
+    )
+    assert "tunecache.resolve.columns" not in hit  # an exact hit needs no bulk loader
+    loaded = _modules_after(
+        opened + "for key in (make_key('mm_F32', m=300, k=8), make_key('odd_F32', m=5)):\n"
+        "    assert t.resolve(key, ('a', 'b'), 'a').source == 'nearest'"
+    )
+    heavy = {m.split(".")[0] for m in loaded} & {"sqlalchemy", "alembic", "numpy", "cbor2"}
+    assert heavy == {"numpy"}

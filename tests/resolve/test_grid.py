@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.resolve.conftest import CANDS, mm, put, table
+from tests.resolve.conftest import CANDS, brute_force, mm, put, table
 from tunecache import Key, make_key
 from tunecache.cache import Cache
 from tunecache.device import Device
@@ -84,28 +84,6 @@ sizes = st.integers(0, 1 << 20)
 shapes = st.tuples(sizes, sizes, sizes)
 
 
-def _brute_force(
-    tuned: dict[tuple[int, int, int], str],
-    query: tuple[int, int, int],
-    cap: float,
-    symbolic: set[int],
-) -> tuple[str, tuple[int, int, int]] | None:
-    def log(v: int) -> float:
-        return math.log2(v) if v > 0 else -1.0
-
-    best: tuple[float, tuple[int, int, int]] | None = None
-    for shape in sorted(tuned):
-        capped = sum(
-            abs(log(a) - log(b))
-            for i, (a, b) in enumerate(zip(shape, query, strict=True))
-            if i not in symbolic
-        )
-        total = sum(abs(log(a) - log(b)) for a, b in zip(shape, query, strict=True))
-        if capped <= cap + 1e-9 and (best is None or total < best[0] - 1e-9):
-            best = (total, shape)
-    return None if best is None else (tuned[best[1]], best[1])
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     tuned=st.dictionaries(shapes, st.sampled_from(CANDS), min_size=1, max_size=60),
@@ -125,7 +103,7 @@ def test_the_nearest_search_agrees_with_brute_force(
     indexes = {("m", "k", "n").index(name) for name in symbolic}
     for query in queries:
         answer = t.resolve(mm(*query), CANDS, "blas")
-        expected = _brute_force(tuned, query, cap, indexes)
+        expected = brute_force(tuned, query, cap, indexes)
         if query in tuned:
             assert answer == Answer(tuned[query], "exact", None, 0.0)
         elif expected is None:

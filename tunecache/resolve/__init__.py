@@ -18,9 +18,10 @@ Resolution, for a key, the caller's legal candidates and the caller's heuristic 
 A missing cache answers the heuristic everywhere, silently: no cache means no change. An
 unreadable one answers the heuristic too, with one `TunecacheWarning`, and the host keeps running.
 
-The modules, bottom up: `answer` (what is answered), `grid` (the nearest-shape index), `reader`
-(the guarded sqlite3 reader), `explain` (the steps in words), `lookup` (the steps of resolution
-and which entries serve), `table` (`Table`: options, memo, hot path), `contexts` (the table in
+The modules, bottom up: `answer` (what is answered), `grid` (the nearest-shape index), `columns`
+(a signature's entries as arrays, parsed from what the reader loads in bulk), `reader` (the
+guarded sqlite3 reader), `explain` (the steps in words), `lookup` (the steps of resolution and
+which entries serve), `table` (`Table`: options, memo, hot path), `contexts` (the table in
 force: `current`, `set_default`, `using`).
 """
 

@@ -16,14 +16,15 @@ signature into a `SignatureIndex`. Every step writes a line to `trace` when one 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache.candidates import candidate_names, checksum
 from tunecache.keys import Key, format_key
 from tunecache.resolve.answer import Answer
-from tunecache.resolve.grid import Grid, SignatureIndex, parse_dims
+from tunecache.resolve.grid import Grid, SignatureIndex
 
 if TYPE_CHECKING:
+    from tunecache.resolve.columns import Columns
     from tunecache.resolve.reader import Reader
 
     # One question being resolved: key, legal names, their checksum, heuristic, trace. A plain
@@ -77,6 +78,46 @@ class Rules(NamedTuple):
         if self.use == "own":
             return "use" if validated else None
         return "use" if status == "accepted" or validated_any else None
+
+    def judge_columns(self, ids: Any, status: Any, flags: Any) -> tuple[Any, Any]:
+        """`judge` for whole columns (`tunecache.resolve.columns`): boolean arrays of the rows
+        served and of the rows masked for this model."""
+        import numbers
+
+        import numpy as np
+
+        # Loaded with the first signature, as numpy is: a process of exact hits never needs it.
+        from tunecache.resolve.columns import (
+            ACCEPTED,
+            MASKED_BY_US,
+            REJECTED,
+            VALIDATED_BY_ANY,
+            VALIDATED_BY_US,
+        )
+
+        def among(chosen: frozenset[int]) -> Any:
+            if not chosen:
+                return np.zeros(ids.shape, bool)
+            # What `entry_id in chosen` finds: integers, and floats equal to one.
+            wanted = []
+            for item in chosen:
+                value: object = item
+                if isinstance(value, float) and value.is_integer():
+                    value = int(value)
+                if isinstance(value, numbers.Integral) and -(2**63) <= int(value) < 2**63:
+                    wanted.append(int(value))
+            return np.isin(ids, np.array(wanted, np.int64))
+
+        excluded, forced, included = among(self.exclude), among(self.mask), among(self.include)
+        masked_by_us = (flags & MASKED_BY_US) != 0
+        fit = status != REJECTED
+        if self.use == "own":
+            fit &= (flags & VALIDATED_BY_US) != 0
+        elif self.use != "all":
+            fit &= (status == ACCEPTED) | ((flags & VALIDATED_BY_ANY) != 0)
+        masked = ~excluded & (forced | (~included & masked_by_us))
+        served = ~excluded & ~forced & (included | (~masked_by_us & fit))
+        return served, masked
 
 
 class Lookup:
@@ -214,41 +255,97 @@ class Lookup:
         found = self.indexes.get((signature, sum_))
         if found is not None:
             return found
-        judge = self.rules.judge
-        by_names: dict[tuple[str, ...], dict[tuple[int, ...], tuple[int | None, str]]] = {}
-        masked: dict[Key, int | None] = {}
-        choices: dict[str, str] = {}
-        known_names: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-        def consume(
-            entry_id: int,
-            dims: str,
-            choice: str,
-            status: str,
-            masked_: bool,
-            validated: bool,
-            validated_any: bool,
-        ) -> None:
-            judged = judge(entry_id, status, masked_, validated, validated_any)
-            if judged is None:
-                return
-            names, values = parse_dims(dims)
-            names = known_names.setdefault(names, names)  # one tuple per list of dim names
-            if judged == "masked":
-                masked[Key(signature, tuple(zip(names, values, strict=True)))] = entry_id
-            else:
-                # One str object per distinct choice, not one per row.
-                choice = choices.setdefault(choice, choice)
-                by_names.setdefault(names, {})[values] = (entry_id, choice)
-
+        rules = self.rules
+        loaded: list[Columns] = []
         if self.reader is not None:
-            self.reader.signature(signature, sum_, self.rules.mine, consume, trace)
+            loaded = self.reader.columns(signature, sum_, rules.model, rules.fingerprint, trace)
+            if self.reader.broken is not None:
+                # The file turned out damaged while the signature loaded: nothing read from it is
+                # served, and no index is kept (every question goes to the heuristic).
+                return SignatureIndex({}, {})
+        by_names: dict[tuple[str, ...], list[Columns]] = {}
+        masked: dict[Key, int | None] = {}
+        for columns in loaded:
+            served, masks = rules.judge_columns(columns.ids, columns.status, columns.flags)
+            names = columns.names
+            for entry_id, values in zip(
+                columns.ids[masks].tolist(), columns.values[masks].tolist(), strict=True
+            ):
+                masked[Key(signature, tuple(zip(names, values, strict=True)))] = entry_id
+            if served.all():
+                by_names.setdefault(names, []).append(columns)
+            elif served.any():
+                by_names.setdefault(names, []).append(_select(columns, served))
+        added: dict[tuple[str, ...], list[tuple[Key, str]]] = {}
         for key, choice in self._added.get((signature, sum_), []):
-            names = tuple(n for n, _ in key.dims)
-            values = tuple(v for _, v in key.dims)
-            by_names.setdefault(names, {})[values] = (None, choice)
+            added.setdefault(tuple(n for n, _ in key.dims), []).append((key, choice))
             masked.pop(key, None)
-        groups = {n: Grid(n, items, self.rules.symbolic) for n, items in by_names.items()}
+        for names, decisions in added.items():
+            by_names.setdefault(names, []).append(_in_memory(names, decisions))
+        groups = {
+            names: Grid(names, *_joined(parts), symbolic=rules.symbolic)
+            for names, parts in by_names.items()
+        }
         index = SignatureIndex(groups, masked)
         self.indexes[signature, sum_] = index
         return index
+
+
+def _select(columns: Columns, rows: Any) -> Columns:
+    """The rows of `columns` where the boolean array `rows` is true."""
+    from tunecache.resolve.columns import Columns
+
+    return Columns(
+        columns.names,
+        columns.ids[rows],
+        columns.status[rows],
+        columns.flags[rows],
+        columns.values[rows],
+        columns.codes[rows],
+        columns.choices,
+    )
+
+
+def _in_memory(names: tuple[str, ...], decisions: list[tuple[Key, str]]) -> Columns:
+    """In-memory decisions of one list of dim names as columns (entry id -1: not stored)."""
+    import numpy as np
+
+    from tunecache.resolve.columns import Columns
+
+    choices = list(dict.fromkeys(choice for _, choice in decisions))
+    code_of = {choice: i for i, choice in enumerate(choices)}
+    count = len(decisions)
+    return Columns(
+        names,
+        np.full(count, -1, np.int64),
+        np.zeros(count, np.uint8),
+        np.zeros(count, np.uint8),
+        np.array([[v for _, v in key.dims] for key, _ in decisions], np.int64).reshape(
+            count, len(names)
+        ),
+        np.array([code_of[choice] for _, choice in decisions], np.int32),
+        choices,
+    )
+
+
+def _joined(parts: list[Columns]) -> tuple[Any, Any, Any, list[str]]:
+    """Ids, values, choice codes and choices of several `Columns` of one list of dim names,
+    one after the other (a shape that appears twice keeps its last row: see `Grid`)."""
+    if len(parts) == 1:
+        only = parts[0]
+        return only.ids, only.values, only.codes, only.choices
+    import numpy as np
+
+    code_of: dict[str, int] = {}
+    codes = []
+    for part in parts:
+        for choice in part.choices:
+            code_of.setdefault(choice, len(code_of))
+        remap = np.array([code_of[choice] for choice in part.choices], np.int32)
+        codes.append(remap[part.codes])
+    return (
+        np.concatenate([part.ids for part in parts]),
+        np.concatenate([part.values for part in parts]),
+        np.concatenate(codes),
+        list(code_of),
+    )

@@ -27,15 +27,34 @@ __all__ = ["Busy", "Reader"]
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    # Whether a verdict's (model, fingerprint) is the reading table's own.
-    Mine = Callable[[str, str], bool]
-    # Takes one entry: entry_id, dims, choice, status, masked by us, validated by us, validated
-    # by any model.
-    Consume = Callable[[int, str, str, str, bool, bool, bool], None]
+    from tunecache.resolve.columns import Columns
 
 #: How far up the stack a warning points: past the reader and the resolution steps, to the
 #: table's own frame (as it always has).
 _STACKLEVEL = 6
+
+
+# The entries of one signature, list and device. The unary + keeps SQLite from driving the query
+# by the device's index (every entry of the device, filtered): by the signature's index, the
+# cost follows the signature's size.
+_ENTRIES = (
+    " FROM read_entries_v1 e"
+    " WHERE e.signature = :signature AND +e.checksum = :checksum AND +e.device = :device"
+)
+# Whether a verdict is the reading table's model's (and fingerprint's, when it has one).
+_MINE = (
+    "coalesce(v.model = :model AND (:fingerprint IS NULL OR v.model_fingerprint = :fingerprint), 0)"
+)
+# The verdicts on those entries, found from the entries (the signature's index).
+_BY_SIGNATURE = (
+    " FROM read_verdicts_v1 v JOIN read_entries_v1 e ON e.entry_id = v.entry_id"
+    " WHERE e.signature = :signature AND +e.checksum = :checksum AND +e.device = :device"
+)
+# Every verdict of the file, without the join: a third of the cost a verdict has through its
+# entry, so reading them all is cheaper up to about twice as many verdicts as the signature has
+# entries (the ones on other entries are left out in numpy).
+_EVERY = " FROM read_verdicts_v1 v"
+_VERDICT_COST = 2
 
 
 class Busy(Exception):
@@ -74,16 +93,24 @@ class Reader:
         """The entry of exactly this key and list on this device, with its verdicts."""
         return self._guard(lambda: self._point(key_text, checksum_), trace)
 
-    def signature(
-        self, signature: str, checksum_: str, mine: Mine, consume: Consume, trace: list[str] | None
-    ) -> None:
-        """Feed every entry of a signature and list on this device to `consume`, with its
-        flags (masked by this model, validated by this model, validated by any model).
+    def columns(
+        self,
+        signature: str,
+        checksum_: str,
+        model: str | None,
+        fingerprint: str | None,
+        trace: list[str] | None,
+    ) -> list[Columns]:
+        """Every entry of a signature and list on this device as columns, one `Columns` for
+        each list of dim names, with the verdict flags of `model` (and `fingerprint`, when one
+        is given); [] when the file cannot be read (then `broken` says why).
 
-        Rows are streamed, not fetched all at once: 100,000 entries never sit in memory as
-        Python tuples.
+        One pass in SQL gives each column as one text, which numpy parses without a Python
+        call per row (`tunecache.resolve.columns`); a signature whose texts are not in that
+        form is read again row by row.
         """
-        self._guard(lambda: self._signature(signature, checksum_, mine, consume), trace)
+        got = self._guard(lambda: self._columns(signature, checksum_, model, fingerprint), trace)
+        return got or []
 
     def candidate_sets(
         self, signature: str, trace: list[str] | None
@@ -97,7 +124,8 @@ class Reader:
             return None
         try:
             return read()
-        except (_Broken, sqlite3.Error, OSError, ValueError) as error:
+        # OverflowError: a dims value too large for 64 bits, which no valid key has.
+        except (_Broken, sqlite3.Error, OSError, ValueError, OverflowError) as error:
             reason = str(error) if isinstance(error, _Broken) else f"{self.path}: {error}"
             if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
                 # Transient: answer the heuristic now, without remembering that answer.
@@ -209,44 +237,73 @@ class Reader:
             conn.execute("COMMIT")
         return row[0], row[1], row[2], verdicts
 
-    def _signature(self, signature: str, checksum_: str, mine: Mine, consume: Consume) -> None:
+    def _columns(
+        self, signature: str, checksum_: str, model: str | None, fingerprint: str | None
+    ) -> list[Columns]:
+        from tunecache.resolve import columns
+
         conn = self._connect()
         if conn is None:
-            return
-        # The unary + keeps SQLite from driving the query by the device's index (every entry of
-        # the device, filtered): by the signature's index, the cost follows the signature's size.
-        where = " WHERE e.signature = ? AND +e.checksum = ? AND +e.device = ?"
-        args = (signature, checksum_, self.device)
+            return []
+        args = {
+            "signature": signature,
+            "checksum": checksum_,
+            "device": self.device,
+            "model": model,
+            "fingerprint": fingerprint,
+        }
         conn.execute("BEGIN")
         try:
-            masked: set[int] = set()
-            validated: set[int] = set()
-            validated_any: set[int] = set()
-            for entry_id, model, fingerprint, verdict in conn.execute(
-                "SELECT v.entry_id, v.model, v.model_fingerprint, v.verdict"
-                " FROM read_verdicts_v1 v JOIN read_entries_v1 e ON e.entry_id = v.entry_id"
-                + where,
+            separator = f"char({ord(columns.CHOICE_SEPARATOR)})"
+            cursor = conn.execute(
+                f"SELECT count(*), group_concat({columns.PACKED}), group_concat(e.dims, ' '),"
+                f" group_concat(e.choice, {separator})" + _ENTRIES,
                 args,
-            ):
-                if verdict == "validated":
-                    validated_any.add(entry_id)
-                if mine(model, fingerprint):
-                    (masked if verdict == "masked" else validated).add(entry_id)
-            for entry_id, dims, choice, status in conn.execute(
-                "SELECT e.entry_id, e.dims, e.choice, e.status FROM read_entries_v1 e" + where,
-                args,
-            ):
-                consume(
-                    entry_id,
-                    dims,
-                    choice,
-                    status,
-                    entry_id in masked,
-                    entry_id in validated,
-                    entry_id in validated_any,
+            )
+            # All the aggregates step through the same rows in the same order, so the n-th
+            # item of each text is the same entry's. Closing the cursor frees SQLite's copy of
+            # the texts before they are parsed; the list lets the parser free each of ours.
+            texts = list(cursor.fetchone())
+            cursor.close()
+            count = texts[0]
+            found = columns.from_texts(texts)
+            if found is None:
+                rows = conn.execute(
+                    f"SELECT e.entry_id, {columns.STATUS_CODE}, e.dims, e.choice" + _ENTRIES, args
                 )
+                found = columns.from_rows(rows)
+            if count:
+                found = self._verdicts(conn, args, count, found)
         finally:
             conn.execute("COMMIT")
+        return found
+
+    @staticmethod
+    def _verdicts(
+        conn: sqlite3.Connection, args: dict[str, Any], count: int, found: list[Columns]
+    ) -> list[Columns]:
+        """`found` (`count` entries) with the flags of the verdicts on its entries."""
+        from tunecache.resolve import columns
+
+        # How many verdicts the file holds, counted up to the point where reading them through
+        # the signature's entries costs less than reading them all.
+        cap = count * _VERDICT_COST + 1
+        (some,) = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM read_verdicts_v1 LIMIT ?)", (cap,)
+        ).fetchone()
+        if not some:
+            return found
+        where = _EVERY if some < cap else _BY_SIGNATURE
+        (text,) = conn.execute(
+            f"SELECT group_concat({columns.VERDICT_WORD.format(mine=_MINE)})" + where, args
+        ).fetchone()
+        verdicts = columns.verdicts_from_text(text)
+        if verdicts is None:
+            rows = conn.execute(
+                f"SELECT v.entry_id, {columns.VERDICT_BITS.format(mine=_MINE)}" + where, args
+            )
+            verdicts = columns.verdicts_from_rows(rows)
+        return columns.with_verdicts(found, *verdicts)
 
     def _candidate_sets(self, signature: str) -> list[tuple[str, tuple[str, ...]]]:
         conn = self._connect()
