@@ -119,6 +119,9 @@ def test_verdicts_records_candidates_and_runs(stock: Stock, reader: CacheReader)
         (v.created_at, v.updated_at) for v in stored
     ]
     assert reader.verdicts([]) == [] and reader.verdicts([s.matmul.id]) == []
+    assert reader.verdict_names([e.id for e in s.all]) == [
+        (v.entry_id, v.model, v.verdict) for v in found
+    ]
     assert reader.record(s.conv.id) == encode(s.record)
     assert reader.record(s.short.id) is None
     assert reader.candidates("conv_F32", s.short.checksum) == NAMES[:2]
@@ -322,12 +325,13 @@ def test_every_other_question_looks_its_rows_up(stock: Stock, reader: CacheReade
         lambda: (
             reader.entry_count(),
             reader.verdicts([e.id for e in s.all]),
+            reader.verdict_names([e.id for e in s.all]),
             reader.record(s.conv.id),
             reader.candidates("conv_F32", s.conv.checksum),
             reader.run(1),
         ),
     )
-    assert len(plans) == 5
+    assert len(plans) == 6
     # A chunk's verdicts are sorted by model within each entry, which the entry's index
     # leaves in id order.
     assert _scans(plans, "SEARCH v ") == [], plans

@@ -90,10 +90,10 @@ def reading(source: Cache | CacheReader) -> Iterator[CacheReader]:
 def entry_infos(reader: CacheReader, found: Sequence[EntryView]) -> list[EntryInfo]:
     """Entries as `list` shows them, with the models that validated or masked each."""
     names: dict[int, dict[str, list[str]]] = {}
-    for v in reader.verdicts([row.id for row in found]) if found else ():
-        by = names.setdefault(v.entry_id, {"validated": [], "masked": []})
-        if v.model not in by[v.verdict]:
-            by[v.verdict].append(v.model)
+    for entry_id, model, verdict in reader.verdict_names([row.id for row in found]):
+        by = names.setdefault(entry_id, {"validated": [], "masked": []})
+        if model not in by[verdict]:
+            by[verdict].append(model)
     empty: dict[str, list[str]] = {"validated": [], "masked": []}
     return [
         EntryInfo(

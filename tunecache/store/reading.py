@@ -23,7 +23,6 @@ import contextlib
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -39,6 +38,7 @@ __all__ = [
     "ENTRY_STATUSES",
     "HEAD",
     "VIEWS",
+    "EVERY",
     "CacheReader",
     "EntryQuery",
     "EntryView",
@@ -140,8 +140,7 @@ class ModelView(NamedTuple):
     last_verdict: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
-class EntryQuery:
+class EntryQuery(NamedTuple):
     """Which of a device's entries a reader returns: every field that is not None must hold.
 
     The same selection as `tunecache.store.queries.EntryFilter`: `op` is a key's first token
@@ -195,6 +194,10 @@ class EntryQuery:
             clauses.append("x.updated_at >= ?")
             params.append(stamp(self.newer_than))
         return " AND ".join(clauses), params
+
+
+#: the query that selects every entry of the device
+EVERY = EntryQuery()
 
 
 class CacheReader:
@@ -309,6 +312,13 @@ class CacheReader:
             return None
         return stamped[0]
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The read-only sqlite3 connection behind this reader, for diagnostics and tests (its
+        query plans); reads go through the methods, which turn SQLite's errors into the
+        store's."""
+        return self._conn
+
     def close(self) -> None:
         """Close the connection."""
         self._conn.close()
@@ -364,14 +374,14 @@ class CacheReader:
         found = self._rows("SELECT entries FROM read_devices_v1 WHERE device = ?", (self.device,))
         return int(found[0][0]) if found else 0
 
-    def count(self, query: EntryQuery = EntryQuery()) -> int:
+    def count(self, query: EntryQuery = EVERY) -> int:
         """How many of the device's entries `query` selects."""
         where, params = query.where(self.device)
         sql = f"SELECT count(*) FROM read_entry_details_v1 x WHERE {where}"
         return int(self._rows(sql, params)[0][0])
 
     def entries(
-        self, query: EntryQuery = EntryQuery(), *, limit: int | None = None
+        self, query: EntryQuery = EVERY, *, limit: int | None = None
     ) -> Iterator[list[EntryView]]:
         """The device's entries `query` selects, most recently updated first (then the
         highest id), in lists of at most CHUNK, as they are read."""
@@ -391,7 +401,13 @@ class CacheReader:
                     rows = cursor.fetchmany(CHUNK)
                 if not rows:
                     return
-                yield [EntryView._make((*row[:10], _at(row[10]), _at(row[11]))) for row in rows]
+                # Entries written in one batch share their times: each is parsed once.
+                times: dict[str, datetime] = {}
+                for row in rows:
+                    for text in row[10:]:
+                        if text not in times:
+                            times[text] = _at(text)
+                yield [EntryView._make((*row[:10], times[row[10]], times[row[11]])) for row in rows]
         finally:
             with contextlib.suppress(sqlite3.ProgrammingError):
                 cursor.close()
@@ -410,6 +426,20 @@ class CacheReader:
                 VerdictView._make((*row[:8], _at(row[8]), _at(row[9])))
                 for row in self._rows(sql, part)
             ]
+        return out
+
+    def verdict_names(self, entry_ids: Sequence[int]) -> list[tuple[int, str, str]]:
+        """(entry id, model, verdict) of every verdict on these entries, in `verdicts`'s
+        order: what a listing shows of them, read without the rest."""
+        out: list[tuple[int, str, str]] = []
+        for start in range(0, len(entry_ids), CHUNK):
+            part = entry_ids[start : start + CHUNK]
+            sql = (
+                "SELECT entry_id, model, verdict FROM read_verdicts_v1"
+                f" WHERE entry_id IN ({', '.join('?' * len(part))})"
+                " ORDER BY entry_id, model, model_fingerprint"
+            )
+            out += self._rows(sql, part)
         return out
 
     def candidates(self, signature: str, checksum: str) -> tuple[str, ...]:
