@@ -142,8 +142,7 @@ CONTRACT = {
     "read_runs_v1": "run_id kind status device tool_version hostname platform python_version "
     "pid started_at finished_at notes",
     "read_models_v1": "model model_fingerprint created_at",
-    "read_devices_v1": "device cpu threads accelerator client client_version created_at "
-    "entries",
+    "read_devices_v1": "device cpu threads accelerator client client_version created_at entries",
 }
 
 
