@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from tests.maintain.conftest import Filled
@@ -72,7 +74,7 @@ def test_a_reader_of_the_file_inspects_what_the_cache_inspects(filled: Filled) -
     c = filled.cache
     found = CacheReader.open(c.path, c.device.fingerprint)
     assert found is not None
-    with found:
+    with contextlib.closing(found):
         assert maintain.inspect(found, filled.mixed.id) == maintain.inspect(c, filled.mixed.id)
         with pytest.raises(maintain.NotFoundError, match="entry 999"):
             maintain.inspect(found, 999)

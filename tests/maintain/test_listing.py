@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import fields
 from datetime import datetime, timedelta
 
@@ -12,7 +13,7 @@ from tests.store_helpers import NAMES, RESNET, judge
 from tunecache import maintain
 from tunecache.cache import Cache
 from tunecache.errors import BadArgumentError
-from tunecache.maintain.listing import entry_query
+from tunecache.maintain.listing import checked
 from tunecache.maintain.reports import jsonable
 from tunecache.store.reading import CacheReader
 
@@ -108,14 +109,14 @@ def test_a_reader_of_the_file_lists_what_the_cache_lists(filled: Filled) -> None
     c = filled.cache
     found = CacheReader.open(c.path, c.device.fingerprint)
     assert found is not None
-    with found:
+    with contextlib.closing(found):
         for filters in ({}, {"op": "conv"}, {"model": "bert"}, {"limit": 2}):
             assert maintain.list_entries(found, **filters) == maintain.list_entries(c, **filters)
         assert maintain.models(found) == maintain.models(c)
-        streamed = maintain.iter_entries(found, entry_query(status="accepted"))
+        streamed = maintain.iter_entries(found, {"status": "accepted"})
         assert list(streamed) == maintain.list_entries(c, status="accepted")
         with pytest.raises(BadArgumentError, match="status"):
-            entry_query(status="golden")
+            checked({"status": "golden"})
 
 
 def test_an_entry_as_json_is_every_field_as_reports_write_them(filled: Filled) -> None:
@@ -129,7 +130,7 @@ def test_an_unfinished_listing_closed_late_is_no_error(filled: Filled) -> None:
     c = filled.cache
     found = CacheReader.open(c.path, c.device.fingerprint)
     assert found is not None
-    listing = maintain.iter_entries(found, entry_query())
+    listing = maintain.iter_entries(found)
     assert next(listing).id
     found.close()
     listing.close()  # after its reader: nothing left to end, nothing raised

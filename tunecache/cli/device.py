@@ -91,5 +91,5 @@ def read_cache(found: dict[str, Any]) -> Iterator[CacheReader]:
 
         with Cache.open(**found) as cache:
             reader = CacheReader.of(cache)
-    with reader:
+    with contextlib.closing(reader):
         yield reader

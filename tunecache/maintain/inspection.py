@@ -15,7 +15,7 @@ from tunecache.errors import BadArgumentError, CodecError, NotFoundError
 from tunecache.keys import Key, parse
 from tunecache.maintain.listing import EntryInfo, entry_infos, reading
 from tunecache.maintain.reports import Report
-from tunecache.store.reading import CacheReader, EntryQuery
+from tunecache.store.reading import CacheReader
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -43,15 +43,15 @@ class CandidateInfo(Report):
 
 @dataclass(frozen=True, slots=True)
 class Verdict(Report):
-    """A model's verdict on an entry, with the evidence behind it, the run that wrote it and
-    when."""
+    """A model's verdict on an entry: the paired whole-model blocks behind it (`rounds` run,
+    `confirmations` won) and its `gain`, the run that wrote it and when."""
 
     model: str
     fingerprint: str
     verdict: str
-    gain: float | None
     rounds: int
     confirmations: int
+    gain: float | None
     run_id: int | None
     updated_at: datetime
 
@@ -93,14 +93,14 @@ def inspect(cache: Cache | CacheReader, target: int | str | Key) -> list[Inspect
     if isinstance(target, bool):
         raise BadArgumentError("an entry is named by its id or its key")
     if isinstance(target, int):
-        query = EntryQuery(entry_id=target)
+        where: dict[str, int | str] = {"entry_id": target}
         shown = f"entry {target}"
     else:
         text = parse(target).text if isinstance(target, str) else parse(target.text).text
-        query = EntryQuery(key=text)
+        where = {"key": text}
         shown = f"key {text}"
     with reading(cache) as reader:
-        found = [row for chunk in reader.entries(query) for row in chunk]
+        found = [row for chunk in reader.entries(where) for row in chunk]
         out = [_inspect_one(reader, info) for info in entry_infos(reader, found)]
     if not out:
         raise NotFoundError(f"no entry for {shown} on this device")
@@ -135,19 +135,8 @@ def _inspect_one(reader: CacheReader, info: EntryInfo) -> Inspection:
         except CodecError as e:
             error = str(e)
     timings = {c.name: c for c in record.candidates} if record is not None else {}
-    verdicts = tuple(
-        Verdict(
-            model=v.model,
-            fingerprint=v.fingerprint,
-            verdict=v.verdict,
-            gain=v.gain,
-            rounds=v.rounds,
-            confirmations=v.confirmations,
-            run_id=v.run_id,
-            updated_at=v.updated_at,
-        )
-        for v in reader.verdicts([info.id])
-    )
+    # VERDICT_COLUMNS but the entry id and creation time are Verdict's fields, in order.
+    verdicts = tuple(Verdict(*row[1:9]) for row in reader.verdicts([info.id]))
     run = None if info.run_id is None else reader.run(info.run_id)
     return Inspection(
         entry=info,

@@ -7,14 +7,15 @@ Read through stdlib sqlite3 and the read contract (`tunecache.store.reading`), n
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError
 from tunecache.maintain.reports import Report, aware
-from tunecache.store.reading import ENTRY_STATUSES, CacheReader, EntryQuery, EntryView
+from tunecache.store.reading import ENTRY_STATUSES, FILTERS, CacheReader
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 __all__ = [
     "EntryInfo",
     "ModelSummary",
+    "checked",
     "entry_infos",
-    "entry_query",
     "iter_entries",
     "list_entries",
     "models",
@@ -79,82 +80,58 @@ def reading(source: Cache | CacheReader) -> Iterator[CacheReader]:
         with source.snapshot():
             yield source
         return
-    reader = CacheReader.of(source)
-    try:
-        with reader.snapshot():
-            yield reader
-    finally:
-        reader.close()
+    with contextlib.closing(CacheReader.of(source)) as reader, reader.snapshot():
+        yield reader
 
 
-def entry_infos(reader: CacheReader, found: Sequence[EntryView]) -> list[EntryInfo]:
-    """Entries as `list` shows them, with the models that validated or masked each."""
+def entry_infos(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[EntryInfo]:
+    """Entries (rows of `reading.ENTRY_COLUMNS`) as `list` shows them, with the models that
+    validated or masked each."""
     names: dict[int, dict[str, list[str]]] = {}
-    for entry_id, model, verdict in reader.verdict_names([row.id for row in found]):
+    for entry_id, model, verdict in reader.verdict_names([row[0] for row in found]):
         by = names.setdefault(entry_id, {"validated": [], "masked": []})
         if model not in by[verdict]:
             by[verdict].append(model)
     empty: dict[str, list[str]] = {"validated": [], "masked": []}
-    return [
-        EntryInfo(
-            id=row.id,
-            key=row.key,
-            signature=row.signature,
-            dims=row.dims,
-            choice=row.choice,
-            heuristic=row.heuristic,
-            speedup=row.speedup,
-            status=row.status,
-            checksum=row.checksum,
-            validated_by=tuple(names.get(row.id, empty)["validated"]),
-            masked_by=tuple(names.get(row.id, empty)["masked"]),
-            run_id=row.run_id,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
-        for row in found
-    ]
+    out = []
+    for row in found:
+        by = names.get(row[0], empty)
+        # ENTRY_COLUMNS are EntryInfo's fields but the verdicts', which come after checksum.
+        # (mypy counts no arguments in a row of unknown length, then two too many after it.)
+        validated, masked = tuple(by["validated"]), tuple(by["masked"])
+        out.append(EntryInfo(*row[:9], validated, masked, *row[9:]))  # type: ignore[call-arg]
+    return out
 
 
-def entry_query(
-    *,
-    signature: str | None = None,
-    op: str | None = None,
-    model: str | None = None,
-    status: str | None = None,
-    older_than: datetime | None = None,
-    newer_than: datetime | None = None,
-) -> EntryQuery:
-    """The selection `list_entries` makes with these filters, each checked (BadArgumentError)."""
+def checked(where: Mapping[str, Any]) -> dict[str, Any]:
+    """Filters of a listing (`tunecache.store.reading.FILTERS`, by name), refused with a
+    BadArgumentError where a status is not one the store knows or a time has no zone."""
+    status = where.get("status")
     if status is not None and status not in ENTRY_STATUSES:
         raise BadArgumentError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
-    return EntryQuery(
-        signature=signature,
-        op=op,
-        model=model,
-        status=status,
-        older_than=aware(older_than, "older_than"),
-        newer_than=aware(newer_than, "newer_than"),
-    )
-
-
-def _check_limit(limit: int | None) -> None:
-    if limit is not None and (isinstance(limit, bool) or limit < 0):
-        raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
+    for name in ("older_than", "newer_than"):
+        aware(where.get(name), name)
+    return dict(where)
 
 
 def iter_entries(
-    source: Cache | CacheReader, query: EntryQuery, *, limit: int | None = None
+    source: Cache | CacheReader,
+    where: Mapping[str, Any] = MappingProxyType({}),
+    *,
+    limit: int | None = None,
 ) -> Generator[EntryInfo, None, None]:
-    """The entries `query` selects (see `entry_query`), most recently updated first, as they
-    are read: a few hundred at a time sit in memory, however many the device has.
+    """The entries the filters `where` select (`list_entries`'s, by name), most recently
+    updated first, as they are read: a few hundred at a time sit in memory, however many the
+    device has.
 
     Everything comes from one read transaction, which is held until the generator is exhausted
     or closed (`contextlib.closing` closes one left unfinished).
     """
-    _check_limit(limit)
+    if limit is not None and (isinstance(limit, bool) or limit < 0):
+        raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
+    chosen = checked(where)
     with reading(source) as reader:
-        for chunk in reader.entries(query, limit=limit):
+        for chunk in reader.entries(chosen, limit=limit):
             yield from entry_infos(reader, chunk)
 
 
@@ -175,16 +152,10 @@ def list_entries(
     that model has a verdict on, either way; the ages compare the entry's last update.
     `iter_entries` gives the same entries one at a time.
     """
-    query = entry_query(
-        signature=signature,
-        op=op,
-        model=model,
-        status=status,
-        older_than=older_than,
-        newer_than=newer_than,
-    )
-    _check_limit(limit)
-    return list(iter_entries(cache, query, limit=limit))
+    # The filters are the parameters of the same names.
+    where = {name: value for name, value in locals().items() if name in FILTERS}
+    found = iter_entries(cache, where, limit=limit)
+    return list(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,15 +174,5 @@ def models(cache: Cache | CacheReader) -> list[ModelSummary]:
     """Every model in the database, with how many of this device's entries each validated
     or masked, by name."""
     with reading(cache) as reader:
-        found: Iterable[Any] = reader.models()
-    return [
-        ModelSummary(
-            name=row.name,
-            fingerprint=row.fingerprint,
-            validated=row.validated,
-            masked=row.masked,
-            first_seen=row.created_at,
-            last_verdict=row.last_verdict,
-        )
-        for row in found
-    ]
+        # MODEL_COLUMNS are ModelSummary's fields, in order.
+        return [ModelSummary(*row) for row in reader.models()]

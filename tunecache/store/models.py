@@ -361,15 +361,15 @@ FROM entries e
     + _SET
 )
 
-#: The read contract: stdlib sqlite3 reads these views and nothing else, so neither the hot path
-#: (the first three, migration 0003) nor the read commands (the rest, migration 0004) import
-#: SQLAlchemy. Every `_v1` column keeps its meaning forever; an incompatible change adds `_v2`
-#: views beside them.
-READ_VIEWS = {
-    "read_entries_v1": """
-CREATE VIEW read_entries_v1 AS
-SELECT
-    e.id AS entry_id,
+
+def _view(name: str, columns: str) -> str:
+    """The head of a view's CREATE statement: its name and the columns it selects."""
+    return f"\nCREATE VIEW {name} AS\nSELECT\n{columns}"
+
+
+# The columns an entry's views share, and a verdict's (a `_v1` view's columns never change,
+# so a later view with more of them starts with the same ones, in the same order).
+_ENTRY = """    e.id AS entry_id,
     k.text AS key,
     k.signature AS signature,
     k.dims AS dims,
@@ -378,24 +378,27 @@ SELECT
     e.heuristic AS heuristic,
     e.status AS status,
     d.fingerprint AS device,
-    e.updated_at AS updated_at
-FROM entries e
 """
-    + _KEY
-    + _SET
-    + _DEVICE,
-    "read_verdicts_v1": """
-CREATE VIEW read_verdicts_v1 AS
-SELECT
-    v.entry_id AS entry_id,
+_VERDICT = """    v.entry_id AS entry_id,
     m.name AS model,
     m.fingerprint AS model_fingerprint,
     v.verdict AS verdict,
     v.gain AS gain,
-    v.updated_at AS updated_at
-FROM validations v
-JOIN models m ON m.id = v.model_id
-""",
+"""
+_VALIDATIONS = "FROM validations v\nJOIN models m ON m.id = v.model_id\n"
+
+#: The read contract: stdlib sqlite3 reads these views and nothing else, so neither the hot path
+#: (the first three, migration 0003) nor the read commands (the rest, migration 0004) import
+#: SQLAlchemy. Every `_v1` column keeps its meaning forever; an incompatible change adds `_v2`
+#: views beside them.
+READ_VIEWS = {
+    "read_entries_v1": _view("read_entries_v1", _ENTRY + "    e.updated_at AS updated_at\n")
+    + "FROM entries e\n"
+    + _KEY
+    + _SET
+    + _DEVICE,
+    "read_verdicts_v1": _view("read_verdicts_v1", _VERDICT + "    v.updated_at AS updated_at\n")
+    + _VALIDATIONS,
     "read_candidates_v1": """
 CREATE VIEW read_candidates_v1 AS
 SELECT
@@ -407,43 +410,30 @@ FROM candidate_sets cs
 JOIN candidates c ON c.set_id = cs.id
 """,
     # Migration 0004: what the read commands (list, inspect, models, where) need besides.
-    "read_entry_details_v1": """
-CREATE VIEW read_entry_details_v1 AS
-SELECT
-    e.id AS entry_id,
-    k.text AS key,
-    k.signature AS signature,
-    k.dims AS dims,
-    cs.checksum AS checksum,
-    e.choice AS choice,
-    e.heuristic AS heuristic,
-    e.status AS status,
-    d.fingerprint AS device,
-    e.speedup AS speedup,
+    "read_entry_details_v1": _view(
+        "read_entry_details_v1",
+        _ENTRY
+        + """    e.speedup AS speedup,
     e.run_id AS run_id,
     e.created_at AS created_at,
     e.updated_at AS updated_at
-FROM entries e
-"""
+""",
+    )
+    + "FROM entries e\n"
     + _KEY
     + _SET
     + _DEVICE,
-    "read_verdict_details_v1": """
-CREATE VIEW read_verdict_details_v1 AS
-SELECT
-    v.entry_id AS entry_id,
-    m.name AS model,
-    m.fingerprint AS model_fingerprint,
-    v.verdict AS verdict,
-    v.gain AS gain,
-    v.rounds AS rounds,
+    "read_verdict_details_v1": _view(
+        "read_verdict_details_v1",
+        _VERDICT
+        + """    v.rounds AS rounds,
     v.confirmations AS confirmations,
     v.run_id AS run_id,
     v.created_at AS created_at,
     v.updated_at AS updated_at
-FROM validations v
-JOIN models m ON m.id = v.model_id
 """,
+    )
+    + _VALIDATIONS,
     "read_records_v1": """
 CREATE VIEW read_records_v1 AS
 SELECT

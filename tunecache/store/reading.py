@@ -14,7 +14,9 @@ every view it needs; for anything else (no file yet, an older revision to upgrad
 file that is not a cache) it answers None, and the caller opens the file through the store
 (`tunecache.open`), which creates, upgrades, refuses or moves it aside as it always has.
 `CacheReader.of` reads a cache the store has opened. Rows stream: a listing of a million entries
-never sits in memory whole.
+never sits in memory whole. Rows are plain tuples, in the orders ENTRY_COLUMNS, VERDICT_COLUMNS
+and MODEL_COLUMNS name (which are those of `tunecache.maintain`'s reports, which build on them);
+close a reader with `close()` or `contextlib.closing`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import StoreBusyError, StoreError
 from tunecache.store.access import frozen, write_denied
@@ -35,17 +38,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK",
+    "ENTRY_COLUMNS",
     "ENTRY_STATUSES",
+    "FILTERS",
     "HEAD",
+    "MODEL_COLUMNS",
+    "VERDICT_COLUMNS",
     "VIEWS",
-    "EVERY",
     "CacheReader",
-    "EntryQuery",
-    "EntryView",
-    "ModelView",
-    "VerdictView",
     "stamp",
     "when",
+    "where_clause",
 ]
 
 #: the schema revision this tunecache writes (`tunecache.store.migrate.HEAD`, which a test keeps
@@ -65,18 +68,35 @@ VIEWS = (
     "read_verdict_details_v1",
     "read_verdicts_v1",
 )
+#: what `entries` yields of an entry, in order: a row of `read_entry_details_v1`, its times as
+#: aware datetimes
+ENTRY_COLUMNS = (
+    "id", "key", "signature", "dims", "choice", "heuristic", "speedup", "status", "checksum",
+    "run_id", "created_at", "updated_at",
+)  # fmt: skip
+#: what `verdicts` gives of a verdict, in order: a row of `read_verdict_details_v1`
+VERDICT_COLUMNS = (
+    "entry_id", "model", "fingerprint", "verdict", "rounds", "confirmations", "gain", "run_id",
+    "updated_at", "created_at",
+)  # fmt: skip
+#: what `models` gives of a model, in order: its name and fingerprint, how many of the device's
+#: entries it validated and masked, when it was first seen and when it last judged one (or None)
+MODEL_COLUMNS = ("name", "fingerprint", "validated", "masked", "created_at", "last_verdict")
+#: the filters `entries` and `count` take (see `where_clause`)
+FILTERS = ("entry_id", "key", "signature", "op", "model", "status", "older_than", "newer_than")
 #: how many rows are fetched at a time, and how many entry ids one verdict query binds
 CHUNK = 500
 #: how long a read waits for a lock (a writer's recovery of a WAL file), as the store does
 DEFAULT_TIMEOUT = 30.0
 
-_ENTRY_COLUMNS = (
-    "entry_id, key, signature, dims, checksum, choice, heuristic, speedup, status, run_id, "
-    "created_at, updated_at"
+# The views' columns in the orders above.
+_ENTRY_SELECT = (
+    "x.entry_id, x.key, x.signature, x.dims, x.choice, x.heuristic, x.speedup, x.status, "
+    "x.checksum, x.run_id, x.created_at, x.updated_at"
 )
-_VERDICT_COLUMNS = (
-    "entry_id, model, model_fingerprint, verdict, gain, rounds, confirmations, run_id, "
-    "created_at, updated_at"
+_VERDICT_SELECT = (
+    "entry_id, model, model_fingerprint, verdict, rounds, confirmations, gain, run_id, "
+    "updated_at, created_at"
 )
 
 
@@ -96,132 +116,64 @@ def _at(text: str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class EntryView(NamedTuple):
-    """One entry as `read_entry_details_v1` has it, its times as aware datetimes."""
+def where_clause(where: Mapping[str, Any], device: str) -> tuple[str, list[Any]]:
+    """The WHERE clause over `read_entry_details_v1` (as `x`) that selects the entries of
+    `device` (its fingerprint) `where` names, and its parameters.
 
-    id: int
-    key: str
-    signature: str
-    dims: str
-    checksum: str
-    choice: str
-    heuristic: str | None
-    speedup: float | None
-    status: str
-    run_id: int | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class VerdictView(NamedTuple):
-    """One verdict as `read_verdict_details_v1` has it."""
-
-    entry_id: int
-    model: str
-    fingerprint: str
-    verdict: str
-    gain: float | None
-    rounds: int
-    confirmations: int
-    run_id: int | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class ModelView(NamedTuple):
-    """A model of the file, with its verdicts on one device's entries."""
-
-    name: str
-    fingerprint: str
-    created_at: datetime
-    validated: int
-    masked: int
-    #: the time of its latest verdict on the device's entries, or None
-    last_verdict: datetime | None
-
-
-class EntryQuery(NamedTuple):
-    """Which of a device's entries a reader returns: every field that is not None must hold.
-
-    The same selection as `tunecache.store.queries.EntryFilter`: `op` is a key's first token
-    (the signature equal to it, or starting with it and "_", compared as SQL's LIKE does);
-    `model` keeps entries that model has a verdict on, either way; the ages compare the last
-    update (`older_than` exclusive, `newer_than` inclusive).
+    `where` maps some of FILTERS to a value each (a None value selects everything): the same
+    selection as `tunecache.store.queries.EntryFilter`. `op` is a key's first token (the
+    signature equal to it, or starting with it and "_", compared as SQL's LIKE does); `model`
+    keeps entries that model has a verdict on, either way; the ages compare the last update
+    (`older_than` exclusive, `newer_than` inclusive, each an aware datetime).
     """
-
-    entry_id: int | None = None
-    key: str | None = None
-    signature: str | None = None
-    op: str | None = None
-    model: str | None = None
-    status: str | None = None
-    older_than: datetime | None = None
-    newer_than: datetime | None = None
-
-    def where(self, device: str) -> tuple[str, list[Any]]:
-        """The WHERE clause over `read_entry_details_v1` (as `x`) and its parameters."""
-        # A key or an id names a handful of rows, found by their own index; "+" keeps SQLite
-        # from walking every entry of the device in updated_at order to spare sorting them.
-        lookup = self.key is not None or self.entry_id is not None
-        clauses = ["+x.device = ?" if lookup else "x.device = ?"]
-        params: list[Any] = [device]
-        if self.entry_id is not None:
-            clauses.append("x.entry_id = ?")
-            params.append(self.entry_id)
-        for column, value in (
-            ("key", self.key),
-            ("signature", self.signature),
-            ("status", self.status),
-        ):
-            if value is not None:
-                clauses.append(f"x.{column} = ?")
-                params.append(value)
-        if self.op is not None:
-            # Tokens are joined by "_", a LIKE wildcard: it is escaped to stay literal.
-            escaped = self.op.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            clauses.append("(x.signature = ? OR x.signature LIKE ? ESCAPE '\\')")
-            params += [self.op, escaped + "\\_%"]
-        if self.model is not None:
-            clauses.append(
-                "EXISTS (SELECT 1 FROM read_verdicts_v1 v"
-                " WHERE v.entry_id = x.entry_id AND v.model = ?)"
-            )
-            params.append(self.model)
-        if self.older_than is not None:
-            clauses.append("x.updated_at < ?")
-            params.append(stamp(self.older_than))
-        if self.newer_than is not None:
-            clauses.append("x.updated_at >= ?")
-            params.append(stamp(self.newer_than))
-        return " AND ".join(clauses), params
+    unknown = set(where) - set(FILTERS)
+    if unknown:
+        raise TypeError(f"no such filter of entries: {', '.join(sorted(unknown))}")
+    given = {name: value for name, value in where.items() if value is not None}
+    # A key or an id names a handful of rows, found by their own index; "+" keeps SQLite
+    # from walking every entry of the device in updated_at order to spare sorting them.
+    lookup = "key" in given or "entry_id" in given
+    clauses = ["+x.device = ?" if lookup else "x.device = ?"]
+    params: list[Any] = [device]
+    for name in ("entry_id", "key", "signature", "status"):
+        if name in given:
+            clauses.append(f"x.{name} = ?")
+            params.append(given[name])
+    if "op" in given:
+        # Tokens are joined by "_", a LIKE wildcard: it is escaped to stay literal.
+        op = str(given["op"])
+        escaped = op.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        clauses.append("(x.signature = ? OR x.signature LIKE ? ESCAPE '\\')")
+        params += [op, escaped + "\\_%"]
+    if "model" in given:
+        clauses.append(
+            "EXISTS (SELECT 1 FROM read_verdicts_v1 v"
+            " WHERE v.entry_id = x.entry_id AND v.model = ?)"
+        )
+        params.append(given["model"])
+    if "older_than" in given:
+        clauses.append("x.updated_at < ?")
+        params.append(stamp(given["older_than"]))
+    if "newer_than" in given:
+        clauses.append("x.updated_at >= ?")
+        params.append(stamp(given["newer_than"]))
+    return " AND ".join(clauses), params
 
 
-#: the query that selects every entry of the device
-EVERY = EntryQuery()
+#: the filters that select every entry of the device
+_EVERY: Mapping[str, Any] = MappingProxyType({})
 
 
 class CacheReader:
     """A read-only connection to one cache file, reading one device's decisions through the
     read-contract views."""
 
-    def __init__(
-        self,
-        path: Path,
-        device: str,
-        conn: sqlite3.Connection,
-        revision: str,
-        readonly_reason: str | None,
-    ) -> None:
-        self.path = path
-        #: the fingerprint of the device whose entries this reader reads
-        self.device = device
-        #: the schema revision stamped in the file
-        self.revision = revision
+    def __init__(self, path: Path, device: str, conn: sqlite3.Connection) -> None:
+        #: the file, and the fingerprint of the device whose entries this reader reads
+        self.path, self.device = path, device
         #: why the store would refuse writes to this file (as `Cache.readonly_reason`), or None
-        self.readonly_reason = readonly_reason
+        self.readonly_reason: str | None = None
         self._conn = conn
-
-    # -- opening ------------------------------------------------------------------------------
 
     @classmethod
     def open(
@@ -266,7 +218,7 @@ class CacheReader:
             except sqlite3.Error:
                 return None
             try:
-                revision = cls._check(conn, revisions)
+                found = cls._check(conn, revisions)
             except sqlite3.OperationalError:
                 # A WAL database in a folder no one may write has no -shm to map: nobody writes
                 # it, so it is read as immutable, as the store and the resolver read it.
@@ -275,10 +227,10 @@ class CacheReader:
             except sqlite3.Error:
                 conn.close()
                 return None
-            if revision is None:
+            if not found:
                 conn.close()
                 return None
-            return cls(path, device, conn, revision, None)
+            return cls(path, device, conn)
         return None
 
     @staticmethod
@@ -295,9 +247,9 @@ class CacheReader:
         return frozen(path) and not (wal.exists() and wal.stat().st_size > 0)
 
     @staticmethod
-    def _check(conn: sqlite3.Connection, revisions: tuple[str, ...] | None) -> str | None:
-        """The file's one revision, if it is one of `revisions` (any, for None) and the file
-        has every view; else None."""
+    def _check(conn: sqlite3.Connection, revisions: tuple[str, ...] | None) -> bool:
+        """Whether the file has one revision, one of `revisions` (any, for None), and every
+        view."""
         names = {
             str(name)
             for (name,) in conn.execute(
@@ -306,11 +258,14 @@ class CacheReader:
             )
         }
         if "alembic_version" not in names or not names.issuperset(VIEWS):
-            return None
+            return False
         stamped = [str(v) for (v,) in conn.execute("SELECT version_num FROM alembic_version")]
-        if len(stamped) != 1 or (revisions is not None and stamped[0] not in revisions):
-            return None
-        return stamped[0]
+        return len(stamped) == 1 and (revisions is None or stamped[0] in revisions)
+
+    @property
+    def revision(self) -> str:
+        """The schema revision stamped in the file."""
+        return str(self._rows("SELECT version_num FROM alembic_version", ())[0][0])
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -323,16 +278,8 @@ class CacheReader:
         """Close the connection."""
         self._conn.close()
 
-    def __enter__(self) -> CacheReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<CacheReader {self.path} device {self.device[:12]}>"
-
-    # -- reading ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -374,20 +321,21 @@ class CacheReader:
         found = self._rows("SELECT entries FROM read_devices_v1 WHERE device = ?", (self.device,))
         return int(found[0][0]) if found else 0
 
-    def count(self, query: EntryQuery = EVERY) -> int:
-        """How many of the device's entries `query` selects."""
-        where, params = query.where(self.device)
-        sql = f"SELECT count(*) FROM read_entry_details_v1 x WHERE {where}"
+    def count(self, where: Mapping[str, Any] = _EVERY) -> int:
+        """How many of the device's entries `where` selects (see `where_clause`)."""
+        clause, params = where_clause(where, self.device)
+        sql = f"SELECT count(*) FROM read_entry_details_v1 x WHERE {clause}"
         return int(self._rows(sql, params)[0][0])
 
     def entries(
-        self, query: EntryQuery = EVERY, *, limit: int | None = None
-    ) -> Iterator[list[EntryView]]:
-        """The device's entries `query` selects, most recently updated first (then the
-        highest id), in lists of at most CHUNK, as they are read."""
-        where, params = query.where(self.device)
+        self, where: Mapping[str, Any] = _EVERY, *, limit: int | None = None
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """The device's entries `where` selects (see `where_clause`), most recently updated
+        first (then the highest id), as rows of ENTRY_COLUMNS in lists of at most CHUNK, as
+        they are read."""
+        clause, params = where_clause(where, self.device)
         sql = (
-            f"SELECT {_ENTRY_COLUMNS} FROM read_entry_details_v1 x WHERE {where}"
+            f"SELECT {_ENTRY_SELECT} FROM read_entry_details_v1 x WHERE {clause}"
             " ORDER BY x.updated_at DESC, x.entry_id DESC"
         )
         if limit is not None:
@@ -407,25 +355,23 @@ class CacheReader:
                     for text in row[10:]:
                         if text not in times:
                             times[text] = _at(text)
-                yield [EntryView._make((*row[:10], times[row[10]], times[row[11]])) for row in rows]
+                yield [(*row[:10], times[row[10]], times[row[11]]) for row in rows]
         finally:
             with contextlib.suppress(sqlite3.ProgrammingError):
                 cursor.close()
 
-    def verdicts(self, entry_ids: Sequence[int]) -> list[VerdictView]:
-        """The verdicts on these entries, by entry id, then model name and fingerprint."""
-        out: list[VerdictView] = []
+    def verdicts(self, entry_ids: Sequence[int]) -> list[tuple[Any, ...]]:
+        """The verdicts on these entries as rows of VERDICT_COLUMNS, by entry id, then model
+        name and fingerprint."""
+        out: list[tuple[Any, ...]] = []
         for start in range(0, len(entry_ids), CHUNK):
             part = entry_ids[start : start + CHUNK]
             sql = (
-                f"SELECT {_VERDICT_COLUMNS} FROM read_verdict_details_v1"
+                f"SELECT {_VERDICT_SELECT} FROM read_verdict_details_v1"
                 f" WHERE entry_id IN ({', '.join('?' * len(part))})"
                 " ORDER BY entry_id, model, model_fingerprint"
             )
-            out += [
-                VerdictView._make((*row[:8], _at(row[8]), _at(row[9])))
-                for row in self._rows(sql, part)
-            ]
+            out += [(*row[:8], _at(row[8]), _at(row[9])) for row in self._rows(sql, part)]
         return out
 
     def verdict_names(self, entry_ids: Sequence[int]) -> list[tuple[int, str, str]]:
@@ -471,9 +417,8 @@ class CacheReader:
             out[name] = when(out[name])
         return out
 
-    def models(self) -> list[ModelView]:
-        """Every model of the file, by name and fingerprint, with how many of the device's
-        entries it validated and masked and when it last judged one."""
+    def models(self) -> list[tuple[Any, ...]]:
+        """Every model of the file as rows of MODEL_COLUMNS, by name and fingerprint."""
         counts: dict[tuple[str, str], dict[str, Any]] = {}
         for model, fingerprint, verdict, n, latest in self._rows(
             "SELECT v.model, v.model_fingerprint, v.verdict, count(*), max(v.updated_at)"
@@ -485,22 +430,13 @@ class CacheReader:
             by[verdict] = int(n)
             # The views' times are text in one form, which orders as the times do.
             by["last"] = max(by.get("last") or latest, latest)
-        models = self._rows(
+        out = []
+        for name, fingerprint, created in self._rows(
             "SELECT model, model_fingerprint, created_at FROM read_models_v1"
             " ORDER BY model, model_fingerprint",
             (),
-        )
-        out = []
-        for name, fingerprint, created in models:
+        ):
             by = counts.get((name, fingerprint), {})
-            out.append(
-                ModelView(
-                    name,
-                    fingerprint,
-                    _at(created),
-                    by.get("validated", 0),
-                    by.get("masked", 0),
-                    when(by.get("last")),
-                )
-            )
+            validated, masked = by.get("validated", 0), by.get("masked", 0)
+            out.append((name, fingerprint, validated, masked, _at(created), when(by.get("last"))))
         return out

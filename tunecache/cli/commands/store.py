@@ -79,12 +79,12 @@ def _entry_cells(entry: Any) -> list[str]:
 def cmd_list(args: argparse.Namespace) -> int:
     """List this device's decisions, most recently updated first, filtered by signature, op,
     model, status or age. On a terminal the first 50 unless --limit or --all says otherwise."""
-    from tunecache.maintain.listing import entry_query, iter_entries
+    from tunecache.maintain.listing import checked, iter_entries
 
     filters = option_values(args, FILTERS)
     asked = filters.pop("limit")
     limit = shown_limit(args)
-    query = entry_query(**filters)
+    query = checked(filters)
     with (
         read_cache(location(args)) as reader,
         reader.snapshot(),
