@@ -227,6 +227,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="rounds of the 1k cases")
     parser.add_argument("--heavy-rounds", type=int, default=3, help="rounds of the large cases")
     parser.add_argument("--base", type=Path, help="another tunecache checkout, run beside")
+    parser.add_argument(
+        "--huge",
+        type=int,
+        default=0,
+        help="also a cache of this many entries (e.g. 1000000), for list's first screen only",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         work = Path(tmp)
@@ -255,6 +261,20 @@ def main() -> None:
             report_quick(results, "this checkout, -c")
             report_quick(results, "base, -c")
         heavy(codes[0], small, large, work, args)
+        if args.huge:
+            huge = work / "huge"
+            print(f"\nfilling a cache of {args.huge:,} entries ...", flush=True)
+            fill(huge, args.huge)
+            code = codes[0]
+            cases = {
+                f"list on a terminal ({args.huge // 1000}k)": lambda: run_on_terminal(
+                    [*code.argv, "list"], _env(huge)
+                ),
+                f"where ({args.huge // 1000}k)": lambda: run(
+                    [*code.argv, "where"], _env(huge), work / "huge.out"
+                ),
+            }
+            print_heavy(interleaved(cases, args.heavy_rounds))
 
 
 def heavy(code: Code, small: Path, large: Path, work: Path, args: argparse.Namespace) -> None:
@@ -273,7 +293,11 @@ def heavy(code: Code, small: Path, large: Path, work: Path, args: argparse.Names
         f"list on a terminal ({size})": lambda: run_on_terminal([*code.argv, "list"], _env(large)),
     }
     print(f"\n{size} entries ({code.name}), {args.heavy_rounds} rounds, interleaved:")
-    results = interleaved(cases, args.heavy_rounds)
+    print_heavy(interleaved(cases, args.heavy_rounds))
+
+
+def print_heavy(results: dict[str, list[Timed]]) -> None:
+    """Each large case's median time and peak memory, with its target where it has one."""
     for name, timed in results.items():
         seconds = median([t.seconds for t in timed])
         rss = max(t.rss_mib for t in timed)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK",
+    "DEFAULT_TIMEOUT",
     "ENTRY_COLUMNS",
     "ENTRY_STATUSES",
     "FILTERS",
