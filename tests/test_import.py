@@ -85,3 +85,57 @@ def test_a_nearest_miss_loads_numpy_and_still_no_database_library(
     )
     heavy = {m.split(".")[0] for m in loaded} & {"sqlalchemy", "alembic", "numpy", "cbor2"}
     assert heavy == {"numpy"}
+
+
+def _command_modules(*argvs: list[str]) -> set[str]:
+    """The modules a process has loaded after running each of these command lines in turn."""
+    return _modules_after(
+        "import contextlib, io\n"
+        "from tunecache.cli import main\n"
+        f"for argv in {list(argvs)!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        assert main(argv) == 0, argv\n"
+    )
+
+
+def _store_modules(loaded: set[str]) -> set[str]:
+    return {m for m in loaded if m.split(".")[0] in ("sqlalchemy", "alembic")}
+
+
+def test_the_read_commands_load_neither_sqlalchemy_nor_alembic() -> None:
+    from tunecache.cache import Cache
+    from tunecache.codec import CandidateTiming, TimingRecord
+
+    with Cache.open() as cache, cache.run("tune", "the test's") as run_id:
+        entry = cache.put(
+            "conv_F32_m64_k3",
+            choice="im2col",
+            candidates=["direct", "im2col"],
+            heuristic="direct",
+            record=TimingRecord(
+                candidates=(CandidateTiming("direct", (2e-5,)), CandidateTiming("im2col", (1e-5,)))
+            ),
+            speedup=2.0,
+            status="accepted",
+            run_id=run_id,
+        )
+        cache.validate(entry, model="resnet", fingerprint="r1", verdict="validated")
+    reads = [
+        ["where"], ["where", "--json"],
+        ["list"], ["show", "--json"], ["list", "--model", "resnet", "--op", "conv"],
+        ["inspect", str(entry.id)], ["inspect", "conv_F32_m64_k3", "--json"],
+        ["models"], ["models", "--json"],
+        ["sql"], ["sql", "--json", "SELECT key FROM decisions"],
+        ["explain", "conv_F32_m96_k3"], ["explain", "conv_F32_m64_k3", "--json"],
+    ]  # fmt: skip
+    loaded = _command_modules(*reads)
+    assert "tunecache.store.reading" in loaded
+    assert _store_modules(loaded) == set()
+
+
+def test_a_read_command_opens_a_cache_that_is_not_ready_through_the_store(tmp_path: Path) -> None:
+    # No database yet: `where` creates it, as it always has, and that is the store's job.
+    db = tmp_path / "new.db"
+    assert "alembic" in {m.split(".")[0] for m in _command_modules(["where", "--db", str(db)])}
+    assert db.is_file()
+    assert _store_modules(_command_modules(["where", "--db", str(db)])) == set()

@@ -4,6 +4,8 @@ command (in process, or as a real process as a user would)."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import sqlite3
 import subprocess
 import sys
@@ -20,15 +22,48 @@ from tunecache.codec import CandidateTiming, TimingRecord
 NAMES = ("direct", "im2col", "winograd")
 
 
-def run_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m tunecache ARGS` as a real process, its output captured as text."""
+def run_process(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m tunecache ARGS` as a real process (with `env` added to the environment),
+    its output captured as text."""
     return subprocess.run(
         [sys.executable, "-m", "tunecache", *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
     )
+
+
+def run_on_terminal(*args: str, columns: int = 200) -> tuple[int, str]:
+    """`python -m tunecache ARGS` as a real process whose standard output is a terminal (a
+    pseudo-terminal this test reads): its exit status and what it printed there."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tunecache", *args],
+        stdin=subprocess.PIPE,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(follower)
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # Linux: EIO once the child has closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    _, err = child.communicate(timeout=120)
+    assert not err, err
+    # A terminal turns each newline into CR LF.
+    return child.returncode, out.decode().replace("\r\n", "\n")
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str, status: int = 0) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sqlite3
@@ -77,10 +76,10 @@ def test_a_newer_schema_is_one_warning_line_even_under_w_error(tmp_path: Path) -
 def _where_raises(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
     """Make `tunecache where` raise `error` where it opens the cache."""
 
-    def open_cache(args: argparse.Namespace) -> None:
+    def read_cache(found: dict[str, object]) -> None:
         raise error
 
-    monkeypatch.setattr("tunecache.cli.commands.store.open_cache", open_cache)
+    monkeypatch.setattr("tunecache.cli.commands.store.read_cache", read_cache)
 
 
 def test_a_tunecache_error_is_its_message_and_its_own_status(

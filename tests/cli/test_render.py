@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -75,3 +76,67 @@ def test_no_progress_bar_for_json_or_off_a_terminal() -> None:
 
 def test_when_reads_aware_times_only_in_utc() -> None:
     assert render.when(datetime(2026, 1, 31, tzinfo=UTC)) == "2026-01-31 00:00:00"
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal, as a console's own check sees it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_rows_table_is_aligned_by_its_first_rows_and_loses_nothing_to_a_pipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(render, "SAMPLE", 2)
+    out = io.StringIO()
+    rows = [["1", "short", "x"], ["22", "longer one", "y"], ["3", "the longest cell of all", "z"]]
+    assert render.rows_table(("id", "name", "end"), iter(rows), title="t:", out=out) == 3
+    assert out.getvalue().splitlines() == [
+        "t:",
+        "id  name        end",
+        "1   short       x",
+        "22  longer one  y",
+        "3   the longest cell of all  z",  # past the sample: whole, the rest moved right
+    ]
+    empty = io.StringIO()
+    assert render.rows_table(("a", "b"), [], out=empty) == 0
+    assert empty.getvalue() == "a  b\n"
+
+
+def test_a_rows_table_on_a_terminal_narrows_the_columns_it_may_and_cuts_their_cells(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "24")
+    out = _Terminal()
+    rows = [["1", "a very long key indeed", "ok"], ["2", "short", "a long status"]]
+    render.rows_table(("id", "key", "status"), rows, narrow=((1, 8),), out=out)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "id  key       status",
+        "1   a very …  ok",
+        "2   short     a long status",
+    ]
+    # Narrowed no further than asked: the rest is the terminal's to wrap.
+    monkeypatch.setenv("COLUMNS", "10")
+    out = _Terminal()
+    render.rows_table(("id", "key"), [r[:2] for r in rows], narrow=((1, 8),), out=out)
+    assert out.getvalue().splitlines()[1] == "1   a very …"
+
+
+def test_json_streamed_is_the_object_print_json_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    items = ({"n": i, "tags": ["a", "b"]} for i in range(600))
+    assert render.json_stream({"zeta": 1, "count": 600, "alpha": {"b": 2}}, "items", items) == 600
+    out = capsys.readouterr().out
+    assert json.loads(out) == {
+        "alpha": {"b": 2},
+        "count": 600,
+        "items": [{"n": i, "tags": ["a", "b"]} for i in range(600)],
+        "zeta": 1,
+    }
+    lines = out.splitlines()
+    assert lines[:4] == ["{", '  "alpha": {"b": 2},', '  "count": 600,', '  "items": [']
+    assert lines[4] == '    {"n": 0, "tags": ["a", "b"]},'  # one item a line
+    assert lines[-3:] == ["  ],", '  "zeta": 1', "}"]
+    render.json_stream({"count": 0}, "items", [])
+    assert json.loads(capsys.readouterr().out) == {"count": 0, "items": []}

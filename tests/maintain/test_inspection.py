@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from tests.maintain.conftest import Filled
@@ -10,6 +12,7 @@ from tunecache import maintain
 from tunecache.cache import Cache
 from tunecache.errors import BadArgumentError, BadKeyError
 from tunecache.keys import parse
+from tunecache.store.reading import CacheReader
 
 
 def test_inspect_shows_the_record_verdicts_and_run(filled: Filled) -> None:
@@ -65,3 +68,13 @@ def test_inspect_by_a_key_value_and_only_on_this_device(filled: Filled, twin: Ca
         maintain.inspect(filled.cache, theirs.id)
     with pytest.raises(BadArgumentError, match="its id or its key"):
         maintain.inspect(filled.cache, True)
+
+
+def test_a_reader_of_the_file_inspects_what_the_cache_inspects(filled: Filled) -> None:
+    c = filled.cache
+    found = CacheReader.open(c.path, c.device.fingerprint)
+    assert found is not None
+    with contextlib.closing(found):
+        assert maintain.inspect(found, filled.mixed.id) == maintain.inspect(c, filled.mixed.id)
+        with pytest.raises(maintain.NotFoundError, match="entry 999"):
+            maintain.inspect(found, 999)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import fields
 from datetime import datetime, timedelta
 
 import pytest
@@ -11,6 +13,9 @@ from tests.store_helpers import NAMES, RESNET, judge
 from tunecache import maintain
 from tunecache.cache import Cache
 from tunecache.errors import BadArgumentError
+from tunecache.maintain.listing import checked
+from tunecache.maintain.reports import jsonable
+from tunecache.store.reading import CacheReader
 
 
 def test_list_shows_every_entry_with_its_verdicts(filled: Filled) -> None:
@@ -95,3 +100,37 @@ def test_a_model_that_judged_only_another_devices_entries_counts_nothing_here(
     vit = summary["vit"]  # the model is of the file; its verdicts are the twin's
     assert (vit.fingerprint, vit.validated, vit.masked, vit.last_verdict) == ("v1", 0, 0, None)
     assert {m.name: m.validated for m in maintain.models(twin)}["vit"] == 1
+
+
+# --- the same answers from a reader of the file --------------------------------------------------
+
+
+def test_a_reader_of_the_file_lists_what_the_cache_lists(filled: Filled) -> None:
+    c = filled.cache
+    found = CacheReader.open(c.path, c.device.fingerprint)
+    assert found is not None
+    with contextlib.closing(found):
+        for filters in ({}, {"op": "conv"}, {"model": "bert"}, {"limit": 2}):
+            assert maintain.list_entries(found, **filters) == maintain.list_entries(c, **filters)
+        assert maintain.models(found) == maintain.models(c)
+        streamed = maintain.iter_entries(found, {"status": "accepted"})
+        assert list(streamed) == maintain.list_entries(c, status="accepted")
+        with pytest.raises(BadArgumentError, match="status"):
+            checked({"status": "golden"})
+
+
+def test_an_entry_as_json_is_every_field_as_reports_write_them(filled: Filled) -> None:
+    for entry in maintain.list_entries(filled.cache):
+        assert entry.as_dict() == jsonable(entry) and list(entry.as_dict()) == [
+            f.name for f in fields(entry)
+        ]
+
+
+def test_an_unfinished_listing_closed_late_is_no_error(filled: Filled) -> None:
+    c = filled.cache
+    found = CacheReader.open(c.path, c.device.fingerprint)
+    assert found is not None
+    listing = maintain.iter_entries(found)
+    assert next(listing).id
+    found.close()
+    listing.close()  # after its reader: nothing left to end, nothing raised

@@ -48,9 +48,11 @@ def _schema(path: Path) -> dict[str, object]:
                 out[f"{name}.indexes"] = sorted(
                     (row[1], row[2]) for row in conn.execute(f"PRAGMA index_list('{name}')")
                 )
-        out["decisions.columns"] = [
-            row[1] for row in conn.execute("PRAGMA table_info('decisions')")
-        ]
+            if kind == "view":
+                # The read contract is its views' columns, each in its place.
+                out[f"{name}.columns"] = [
+                    row[1] for row in conn.execute(f"PRAGMA table_info('{name}')")
+                ]
         return out
 
 
@@ -122,6 +124,34 @@ def test_a_new_database_is_created_and_stamped(device: Device, tmp_path: Path) -
         assert cache.revision() == migrate.HEAD
     with Cache.open(device=device, root=tmp_path) as cache:
         assert cache.outcome is migrate.Outcome.CURRENT
+
+
+#: The read contract: every `_v1` view with its columns, as docs/cli.md documents them. A later
+#: revision keeps each of them, in its place, with its meaning (it may add views beside them).
+CONTRACT = {
+    "read_entries_v1": "entry_id key signature dims checksum choice heuristic status device "
+    "updated_at",
+    "read_verdicts_v1": "entry_id model model_fingerprint verdict gain updated_at",
+    "read_candidates_v1": "signature checksum position name",
+    "read_entry_details_v1": "entry_id key signature dims checksum choice heuristic status "
+    "device speedup run_id created_at updated_at",
+    "read_verdict_details_v1": "entry_id model model_fingerprint verdict gain rounds "
+    "confirmations run_id created_at updated_at",
+    "read_records_v1": "entry_id format_version best best_median_s heuristic_median_s "
+    "candidates samples failures bytes data created_at",
+    "read_runs_v1": "run_id kind status device tool_version hostname platform python_version "
+    "pid started_at finished_at notes",
+    "read_models_v1": "model model_fingerprint created_at",
+    "read_devices_v1": "device cpu threads accelerator client client_version created_at entries",
+}
+
+
+def test_the_read_contract_keeps_every_view_and_column(device: Device, tmp_path: Path) -> None:
+    with Cache.open(device=device, root=tmp_path) as cache:
+        schema = _schema(cache.path)
+    for view, columns in CONTRACT.items():
+        assert schema[f"{view}.columns"] == columns.split(), view
+    assert {n for kind, n in schema["objects"] if kind == "view"} == {*CONTRACT, "decisions"}
 
 
 #: the golden database of every released revision (tests/golden/make_golden.py), oldest first

@@ -1,9 +1,10 @@
 """The `tunecache` command: a thin layer of argument parsing over library calls.
 
 Every subcommand is a function of `tunecache.maintain`, `tunecache.exchange`, `tunecache.resolve`
-or `tunecache.tune` first; this package parses arguments, calls it, and prints the result as rich
-tables or, with `--json`, as stable JSON (docs/cli.md gives each schema). rich is imported here
-only, lazily, never on the resolver's path.
+or `tunecache.tune` first; this package parses arguments, calls it, and prints the result as
+tables (plain text as the rows come for `list` and `prune`, rich for the rest) or, with `--json`,
+as stable JSON (docs/cli.md gives each schema). rich is imported here only, lazily, never on the
+resolver's path; the commands that only read never import SQLAlchemy.
 
 Every error is one line on stderr and a documented exit status, never a traceback (set
 TUNECACHE_DEBUG=1 to see one). Exit statuses: 0 success; 1 nothing matched (`inspect`), problems

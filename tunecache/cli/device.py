@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import option
 
-__all__ = ["DEVICE", "device", "location", "open_cache"]
+if TYPE_CHECKING:
+    from tunecache.store.reading import CacheReader
+
+__all__ = ["DEVICE", "device", "location", "open_cache", "read_cache"]
 
 #: the device options, shown under their own heading in every subcommand's --help
 DEVICE = (
@@ -62,3 +67,29 @@ def open_cache(args: argparse.Namespace) -> Any:
     from tunecache.cache import Cache
 
     return Cache.open(**location(args))
+
+
+@contextlib.contextmanager
+def read_cache(found: dict[str, Any]) -> Iterator[CacheReader]:
+    """A reader of the cache `found` names (`location`'s options), for a command that only
+    reads.
+
+    A file at this tunecache's schema revision is read straight through stdlib sqlite3, with
+    the store's filesystem check and without SQLAlchemy; any other (none yet, an older or newer
+    revision, a damaged one) is opened through the store first, as `open_cache` opens it:
+    created, upgraded, opened read-only or refused exactly as the store decides.
+    """
+    from tunecache.paths import locate
+    from tunecache.store.health import check_filesystem
+    from tunecache.store.reading import CacheReader
+
+    db = locate(device=found["device"], root=found["root"], path=found["path"])[1]
+    check_filesystem(db)
+    reader = CacheReader.open(db, found["device"].fingerprint)
+    if reader is None:
+        from tunecache.cache import Cache
+
+        with Cache.open(**found) as cache:
+            reader = CacheReader.of(cache)
+    with contextlib.closing(reader):
+        yield reader

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from tunecache._version import __version__
 from tunecache.cli import options
@@ -42,8 +41,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-@dataclass(frozen=True)
-class Subcommand:
+class Subcommand(NamedTuple):
     """One subcommand: its name, the function it runs, its one-line summary, its own options."""
 
     name: str
@@ -61,7 +59,7 @@ SUBCOMMANDS = (
         "list",
         cmd_list,
         "list decisions, filtered by signature, op, model, status, age",
-        options.FILTERS,
+        options.LIST,
         aliases=("show",),
     ),
     Subcommand("inspect", cmd_inspect, "show one entry's full evidence", options.INSPECT),
@@ -94,8 +92,16 @@ SUBCOMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the `tunecache` command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the `tunecache` command.
+
+    With `argv` that starts with a subcommand's name, only that subcommand is built; for any
+    other (`--help`, `--version`, an unknown name) every one is, so the help and the errors list
+    them all. Building every subcommand and its options would cost each run of the command a
+    few milliseconds of the few dozen it takes.
+    """
+    wanted = argv[0] if argv else None
+    named = [s for s in SUBCOMMANDS if wanted in (s.name, *s.aliases)]
     parser = Parser(
         prog="tunecache",
         description="A persistent, per-device autotuning cache.",
@@ -104,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tunecache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for subcommand in SUBCOMMANDS:
+    for subcommand in named or SUBCOMMANDS:
         # The function's docstring is the description: what the subcommand is for.
         child = sub.add_parser(
             subcommand.name,
@@ -112,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=subcommand.summary,
             description=subcommand.run.__doc__,
         )
+        child.set_defaults(func=subcommand.run, parser=child)
         add_options(child.add_argument_group("device"), DEVICE)
         add_options(child, (*options.OUTPUT, *subcommand.options))
-        child.set_defaults(func=subcommand.run, parser=child)
     return parser

@@ -1,20 +1,21 @@
-"""How the command prints: rich consoles and tables, JSON, the cells of numbers and times, and
-progress bars.
+"""How the command prints: rich consoles and tables, plain tables and JSON written as their rows
+come, the cells of numbers and times, and progress bars.
 
 rich is imported here only, lazily, inside the functions that draw: never on the resolver's path,
-and not for `--help` or `--version`.
+and not for `--help`, `--version`, `where` or `list`. Output of any size (`list`, `prune`) goes
+through `rows_table` and `json_stream`, which print each row as it comes and hold none.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import itertools
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,6 +26,10 @@ __all__ = [
     "console",
     "table",
     "print_json",
+    "json_stream",
+    "rows_table",
+    "more_hint",
+    "SAMPLE",
     "emit",
     "when",
     "num",
@@ -66,7 +71,125 @@ def table(title: str | None, *columns: str, rows: Iterable[Sequence[str]] = ()) 
 
 def print_json(value: Any) -> None:
     """Print a value as the stable, indented, key-sorted JSON that docs/cli.md describes."""
+    import json  # here: `where` and `list` print text, and start in a few dozen milliseconds
+
     print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _batches(items: Iterable[Any], size: int = 256) -> Iterator[list[Any]]:
+    """`items` in lists of `size` (the last one shorter), as they come."""
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
+
+
+def json_stream(
+    fields: Mapping[str, Any], key: str, items: Iterable[Any], out: TextIO | None = None
+) -> int:
+    """Print one JSON object, as `print_json` would with `fields` and `key`, writing the list
+    under `key` as its items come: one item a line, so neither the list nor the text of it is
+    ever held whole. Returns how many items were written."""
+    import json
+
+    out = sys.stdout if out is None else out
+    names = sorted({*fields, key})
+    out.write("{\n")
+    written = 0
+    for place, name in enumerate(names):
+        end = ",\n" if place < len(names) - 1 else "\n"
+        if name != key:
+            value = json.dumps(fields[name], sort_keys=True)
+            out.write(f"  {json.dumps(name)}: {value}{end}")
+            continue
+        out.write(f"  {json.dumps(name)}: [")
+        dumps = json.JSONEncoder(sort_keys=True).encode
+        for batch in _batches(items):
+            lead = "\n    " if not written else ",\n    "
+            out.write(lead + ",\n    ".join(map(dumps, batch)))
+            written += len(batch)
+        out.write(("\n  ]" if written else "]") + end)
+    out.write("}\n")
+    return written
+
+
+#: how many rows a plain table measures before it prints: its columns are as wide as the widest
+#: of these cells (and the header)
+SAMPLE = 100
+
+
+def more_hint(shown: int, total: int, what: str) -> str:
+    """The last line of a listing cut at its terminal limit: how many more, how to see them."""
+    return (
+        f"{shown} of {total} {what} shown, {total - shown} more: --all shows every one, as a "
+        "pipe, a file and --json always get"
+    )
+
+
+def _columns(out: TextIO) -> int:
+    """The width of the terminal `out` writes to ($COLUMNS first, as shutil reads it)."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "0")) > 0:
+            return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(out.fileno()).columns or 80
+    except (OSError, ValueError):
+        return 80
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def rows_table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    title: str | None = None,
+    narrow: Sequence[tuple[int, int]] = (),
+    out: TextIO | None = None,
+) -> int:
+    """Print a plain, aligned table as its rows come, and return how many rows it printed.
+
+    Each column is as wide as its header and its widest cell among the first SAMPLE rows; a
+    later cell that is wider is printed whole off a terminal (the rest of its row moves right,
+    nothing is lost to a pipe or a file). On a terminal, where a row is wider than the screen,
+    the columns `narrow` names, as (index, narrowest width), are narrowed in that order until
+    it fits, and a cell wider than its column is cut with "…". Columns are two spaces apart;
+    no colour and no borders, so the output greps and cuts like any text.
+    """
+    out = sys.stdout if out is None else out
+    terminal = out.isatty()
+    stream = iter(rows)
+    first = list(itertools.islice(stream, SAMPLE))
+    widths = [len(name) for name in columns]
+    for cells in first:
+        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
+    if terminal:
+        over = sum(widths) + 2 * (len(widths) - 1) - _columns(out)
+        for index, narrowest in narrow:
+            cut = max(0, min(over, widths[index] - max(narrowest, len(columns[index]))))
+            widths[index] -= cut
+            over -= cut
+    last = len(widths) - 1
+    padded = widths[:last]
+
+    def line(cells: Sequence[str]) -> str:
+        if terminal:
+            cells = [_cut(c, w) for c, w in zip(cells, widths, strict=True)]
+        # The last cell is not padded: no line ends in spaces.
+        lead = [c.ljust(w) for c, w in zip(cells[:last], padded, strict=True)]
+        return "  ".join([*lead, cells[last]])
+
+    if title is not None:
+        out.write(title + "\n")
+    out.write(line(columns) + "\n")
+    count = 0
+    for batch in itertools.chain((first,), _batches(stream)):
+        if batch:
+            out.write("\n".join(map(line, batch)) + "\n")
+            count += len(batch)
+            out.flush()
+    return count
 
 
 def emit(args: argparse.Namespace, result: Any, human: Callable[[Any], None]) -> None:
@@ -79,7 +202,12 @@ def emit(args: argparse.Namespace, result: Any, human: Callable[[Any], None]) ->
 
 def when(value: datetime | None) -> str:
     """A time as a cell: UTC to the second, or a dash."""
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if value is None:
+        return "-"
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    # isoformat is several times faster than strftime, and a listing has a cell a row.
+    return value.isoformat(" ", "seconds")[:19]
 
 
 def num(value: float | None, suffix: str = "") -> str:

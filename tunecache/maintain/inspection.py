@@ -1,20 +1,24 @@
-"""Everything the cache knows about one entry: why it was chosen, by whom, when."""
+"""Everything the cache knows about one entry: why it was chosen, by whom, when.
+
+Read through stdlib sqlite3 and the read contract (`tunecache.store.reading`), as listing is.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING
 
 from tunecache import codec
-from tunecache.cache import Cache
 from tunecache.errors import BadArgumentError, CodecError, NotFoundError
 from tunecache.keys import Key, parse
-from tunecache.maintain.listing import EntryInfo, entry_infos
+from tunecache.maintain.listing import EntryInfo, entry_infos, reading
 from tunecache.maintain.reports import Report
-from tunecache.store import queries
+from tunecache.store.reading import CacheReader
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache
 
 __all__ = ["CandidateInfo", "Inspection", "RunInfo", "Verdict", "inspect"]
 
@@ -38,9 +42,16 @@ class CandidateInfo(Report):
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict(queries.VerdictFacts, Report):
-    """A model's verdict on an entry, with the run that wrote it and when."""
+class Verdict(Report):
+    """A model's verdict on an entry: the paired whole-model blocks behind it (`rounds` run,
+    `confirmations` won) and its `gain`, the run that wrote it and when."""
 
+    model: str
+    fingerprint: str
+    verdict: str
+    rounds: int
+    confirmations: int
+    gain: float | None
     run_id: int | None
     updated_at: datetime
 
@@ -76,28 +87,21 @@ class Inspection(Report):
     run: RunInfo | None
 
 
-def inspect(cache: Cache, target: int | str | Key) -> list[Inspection]:
+def inspect(cache: Cache | CacheReader, target: int | str | Key) -> list[Inspection]:
     """Inspect an entry by id, or every entry of a key (one per candidate set it was tuned
     against); NotFoundError if there is none on this device."""
     if isinstance(target, bool):
         raise BadArgumentError("an entry is named by its id or its key")
     if isinstance(target, int):
-        where = queries.EntryFilter(entry_id=target)
+        where: dict[str, int | str] = {"entry_id": target}
         shown = f"entry {target}"
     else:
         text = parse(target).text if isinstance(target, str) else parse(target.text).text
-        where = queries.EntryFilter(key=text)
+        where = {"key": text}
         shown = f"key {text}"
-    with cache.transaction() as tx:
-        device_id = tx.device_id()
-        out = []
-        if device_id is not None:
-            found = queries.entries(tx.conn, device_id, where)
-            infos = entry_infos(tx.conn, device_id, found)
-            out = [
-                _inspect_one(tx.conn, device_id, stored.set_id, info)
-                for stored, info in zip(found, infos, strict=True)
-            ]
+    with reading(cache) as reader:
+        found = [row for chunk in reader.entries(where) for row in chunk]
+        out = [_inspect_one(reader, info) for info in entry_infos(reader, found)]
     if not out:
         raise NotFoundError(f"no entry for {shown} on this device")
     return out
@@ -120,9 +124,9 @@ def _candidate(name: str, timing: codec.CandidateTiming | None, info: EntryInfo)
     )
 
 
-def _inspect_one(conn: Connection, device_id: int, set_id: int, info: EntryInfo) -> Inspection:
-    set_names = queries.set_names(conn, [set_id])[set_id]
-    blob = queries.record_data(conn, info.id, device_id)
+def _inspect_one(reader: CacheReader, info: EntryInfo) -> Inspection:
+    set_names = reader.candidates(info.signature, info.checksum)
+    blob = reader.record(info.id)
     record: codec.TimingRecord | None = None
     error: str | None = None
     if blob is not None:
@@ -131,11 +135,9 @@ def _inspect_one(conn: Connection, device_id: int, set_id: int, info: EntryInfo)
         except CodecError as e:
             error = str(e)
     timings = {c.name: c for c in record.candidates} if record is not None else {}
-    verdicts = tuple(
-        Verdict(**v.facts(), run_id=v.run_id, updated_at=v.updated_at)
-        for v in queries.verdicts(conn, device_id, entry_id=info.id)
-    )
-    run = None if info.run_id is None else queries.run(conn, info.run_id)
+    # VERDICT_COLUMNS but the entry id and creation time are Verdict's fields, in order.
+    verdicts = tuple(Verdict(*row[1:9]) for row in reader.verdicts([info.id]))
+    run = None if info.run_id is None else reader.run(info.run_id)
     return Inspection(
         entry=info,
         candidates=tuple(_candidate(name, timings.get(name), info) for name in set_names),

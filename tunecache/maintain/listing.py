@@ -1,20 +1,35 @@
-"""What a cache holds for its device: decisions as `tunecache list` shows them, and models."""
+"""What a cache holds for its device: decisions as `tunecache list` shows them, and models.
+
+Read through stdlib sqlite3 and the read contract (`tunecache.store.reading`), never SQLAlchemy:
+`tunecache list` starts about as fast as Python does, and streams its rows.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
-
-from tunecache.cache import Cache
 from tunecache.errors import BadArgumentError
 from tunecache.maintain.reports import Report, aware
-from tunecache.store import queries
-from tunecache.store.models import ENTRY_STATUSES
+from tunecache.store.reading import ENTRY_STATUSES, FILTERS, CacheReader
 
-__all__ = ["EntryInfo", "ModelSummary", "entry_infos", "list_entries", "models"]
+if TYPE_CHECKING:
+    from tunecache.cache import Cache
+
+__all__ = [
+    "EntryInfo",
+    "ModelSummary",
+    "checked",
+    "entry_infos",
+    "iter_entries",
+    "list_entries",
+    "models",
+    "reading",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,30 +51,92 @@ class EntryInfo(Report):
     created_at: datetime
     updated_at: datetime
 
+    def as_dict(self) -> dict[str, Any]:
+        """This entry as `list --json` prints it (the fields as `Report.as_dict` gives them,
+        written out: a listing of a million entries spends its time here)."""
+        return {
+            "id": self.id,
+            "key": self.key,
+            "signature": self.signature,
+            "dims": self.dims,
+            "choice": self.choice,
+            "heuristic": self.heuristic,
+            "speedup": self.speedup,
+            "status": self.status,
+            "checksum": self.checksum,
+            "validated_by": list(self.validated_by),
+            "masked_by": list(self.masked_by),
+            "run_id": self.run_id,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
 
-def entry_infos(
-    conn: Connection, device_id: int, found: Sequence[queries.StoredEntry]
-) -> list[EntryInfo]:
-    """Entries of a device as `list` shows them, with the models that validated or masked
-    each."""
+
+@contextlib.contextmanager
+def reading(source: Cache | CacheReader) -> Iterator[CacheReader]:
+    """A reader of `source`, in one read transaction: the reader itself, or one opened on the
+    cache's file and closed afterwards."""
+    if isinstance(source, CacheReader):
+        with source.snapshot():
+            yield source
+        return
+    with contextlib.closing(CacheReader.of(source)) as reader, reader.snapshot():
+        yield reader
+
+
+def entry_infos(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[EntryInfo]:
+    """Entries (rows of `reading.ENTRY_COLUMNS`) as `list` shows them, with the models that
+    validated or masked each."""
     names: dict[int, dict[str, list[str]]] = {}
-    for v in queries.verdicts(conn, device_id) if found else ():
-        by = names.setdefault(v.entry_id, {"validated": [], "masked": []})
-        if v.model not in by[v.verdict]:
-            by[v.verdict].append(v.model)
+    for entry_id, model, verdict in reader.verdict_names([row[0] for row in found]):
+        by = names.setdefault(entry_id, {"validated": [], "masked": []})
+        if model not in by[verdict]:
+            by[verdict].append(model)
     empty: dict[str, list[str]] = {"validated": [], "masked": []}
-    return [
-        EntryInfo(
-            **row.values_for(EntryInfo),
-            validated_by=tuple(names.get(row.id, empty)["validated"]),
-            masked_by=tuple(names.get(row.id, empty)["masked"]),
-        )
-        for row in found
-    ]
+    out = []
+    for row in found:
+        by = names.get(row[0], empty)
+        # ENTRY_COLUMNS are EntryInfo's fields but the verdicts', which come after checksum.
+        # (mypy counts no arguments in a row of unknown length, then two too many after it.)
+        validated, masked = tuple(by["validated"]), tuple(by["masked"])
+        out.append(EntryInfo(*row[:9], validated, masked, *row[9:]))  # type: ignore[call-arg]
+    return out
+
+
+def checked(where: Mapping[str, Any]) -> dict[str, Any]:
+    """Filters of a listing (`tunecache.store.reading.FILTERS`, by name), refused with a
+    BadArgumentError where a status is not one the store knows or a time has no zone."""
+    status = where.get("status")
+    if status is not None and status not in ENTRY_STATUSES:
+        raise BadArgumentError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
+    for name in ("older_than", "newer_than"):
+        aware(where.get(name), name)
+    return dict(where)
+
+
+def iter_entries(
+    source: Cache | CacheReader,
+    where: Mapping[str, Any] = MappingProxyType({}),
+    *,
+    limit: int | None = None,
+) -> Generator[EntryInfo, None, None]:
+    """The entries the filters `where` select (`list_entries`'s, by name), most recently
+    updated first, as they are read: a few hundred at a time sit in memory, however many the
+    device has.
+
+    Everything comes from one read transaction, which is held until the generator is exhausted
+    or closed (`contextlib.closing` closes one left unfinished).
+    """
+    if limit is not None and (isinstance(limit, bool) or limit < 0):
+        raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
+    chosen = checked(where)
+    with reading(source) as reader:
+        for chunk in reader.entries(chosen, limit=limit):
+            yield from entry_infos(reader, chunk)
 
 
 def list_entries(
-    cache: Cache,
+    cache: Cache | CacheReader,
     *,
     signature: str | None = None,
     op: str | None = None,
@@ -73,26 +150,12 @@ def list_entries(
 
     `op` is a key's first token (`matmul` for `matmul_F32_m288_k96_n64`); `model` keeps entries
     that model has a verdict on, either way; the ages compare the entry's last update.
+    `iter_entries` gives the same entries one at a time.
     """
-    if status is not None and status not in ENTRY_STATUSES:
-        raise BadArgumentError(f"status must be one of {ENTRY_STATUSES}, got {status!r}")
-    if limit is not None and (isinstance(limit, bool) or limit < 0):
-        raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
-    where = queries.EntryFilter(
-        signature=signature,
-        op=op,
-        model=model,
-        status=status,
-        older_than=aware(older_than, "older_than"),
-        newer_than=aware(newer_than, "newer_than"),
-    )
-    with cache.transaction() as tx:
-        device_id = tx.device_id()
-        if device_id is None:
-            return []
-        return entry_infos(
-            tx.conn, device_id, queries.entries(tx.conn, device_id, where, limit=limit)
-        )
+    # The filters are the parameters of the same names.
+    where = {name: value for name, value in locals().items() if name in FILTERS}
+    found = iter_entries(cache, where, limit=limit)
+    return list(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,26 +170,9 @@ class ModelSummary(Report):
     last_verdict: datetime | None
 
 
-def models(cache: Cache) -> list[ModelSummary]:
+def models(cache: Cache | CacheReader) -> list[ModelSummary]:
     """Every model in the database, with how many of this device's entries each validated
     or masked, by name."""
-    counts: dict[int, dict[str, int]] = {}
-    last: dict[int, datetime] = {}
-    with cache.transaction() as tx:
-        for v in queries.verdicts(tx.conn, tx.device_id()):
-            by = counts.setdefault(v.model_id, {"validated": 0, "masked": 0})
-            by[v.verdict] += 1
-            if v.model_id not in last or v.updated_at > last[v.model_id]:
-                last[v.model_id] = v.updated_at
-        found: Sequence[queries.StoredModel] = queries.models(tx.conn)
-    return [
-        ModelSummary(
-            name=row.name,
-            fingerprint=row.fingerprint,
-            validated=counts.get(row.id, {}).get("validated", 0),
-            masked=counts.get(row.id, {}).get("masked", 0),
-            first_seen=row.created_at,
-            last_verdict=last.get(row.id),
-        )
-        for row in found
-    ]
+    with reading(cache) as reader:
+        # MODEL_COLUMNS are ModelSummary's fields, in order.
+        return [ModelSummary(*row) for row in reader.models()]

@@ -22,7 +22,18 @@ from tunecache.maintain.reports import Report
 __all__ = ["EXAMPLE_QUERIES", "VIEWS", "QueryResult", "run_query"]
 
 #: the documented views a person may query; migrations keep their columns
-VIEWS = ("decisions", "read_entries_v1", "read_verdicts_v1", "read_candidates_v1")
+VIEWS = (
+    "decisions",
+    "read_entries_v1",
+    "read_verdicts_v1",
+    "read_candidates_v1",
+    "read_entry_details_v1",
+    "read_verdict_details_v1",
+    "read_records_v1",
+    "read_runs_v1",
+    "read_models_v1",
+    "read_devices_v1",
+)
 #: a few queries to start from, each against the documented views
 EXAMPLE_QUERIES: tuple[tuple[str, str], ...] = (
     (

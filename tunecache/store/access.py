@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["claim", "frozen", "read_only_mount", "release"]
+__all__ = ["claim", "frozen", "read_only_mount", "release", "write_denied"]
 
 
 def read_only_mount(path: Path) -> bool:
@@ -40,6 +40,21 @@ def frozen(db: Path) -> bool:
         return False
     anyone_writes = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
     return not any(mode & anyone_writes for mode in modes)
+
+
+def write_denied(db: Path) -> str | None:
+    """Why this process cannot write the cache database at `db`, or None if it can.
+
+    SQLite needs to write the folder too (the -wal and -shm files live beside the database).
+    """
+    folder = db.parent
+    if read_only_mount(folder):
+        return f"the folder {folder} is on a read-only filesystem"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable by this user (uid {os.geteuid()})"
+    if db.exists() and not os.access(db, os.W_OK):
+        return f"the file {db} is not writable by this user (uid {os.geteuid()})"
+    return None
 
 
 def claim(db: Path) -> sqlite3.Connection:

@@ -14,7 +14,6 @@ Three facts SQLite does not check for us:
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sqlite3
@@ -22,8 +21,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING
 
 from tunecache.errors import (
     ReadOnlyStoreError,
@@ -32,9 +30,14 @@ from tunecache.errors import (
     StoreError,
     TunecacheWarning,
 )
-from tunecache.store import migrate
-from tunecache.store.access import frozen, read_only_mount
-from tunecache.store.engine import busy_errors, make_engine, read_connection
+from tunecache.store.access import frozen, write_denied
+
+# The read commands check the filesystem and write access without SQLAlchemy; only opening a
+# read-only engine (`open_readonly`) needs it, and imports it there.
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from tunecache.store import migrate
 
 __all__ = [
     "ALLOW_NETWORK_FS_ENV",
@@ -134,6 +137,8 @@ def warn_wal_defects() -> None:
     try:
         warnings.warn(message, SQLiteDefectWarning, stacklevel=2)
     except SQLiteDefectWarning:
+        import logging  # only here: the read commands import this module and never log
+
         logging.getLogger("tunecache").warning(message)
 
 
@@ -245,22 +250,7 @@ def check_filesystem(db: Path, mountinfo: str | None = None) -> None:
     )
 
 
-# --- write access ----------------------------------------------------------------------------
-
-
-def write_denied(db: Path) -> str | None:
-    """Why this process cannot write the cache database at `db`, or None if it can.
-
-    SQLite needs to write the folder too (the -wal and -shm files live beside the database).
-    """
-    folder = db.parent
-    if read_only_mount(folder):
-        return f"the folder {folder} is on a read-only filesystem"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} is not writable by this user (uid {os.geteuid()})"
-    if db.exists() and not os.access(db, os.W_OK):
-        return f"the file {db} is not writable by this user (uid {os.geteuid()})"
-    return None
+# --- read-only access (store.access.write_denied says when) ---------------------------------------
 
 
 def _sqlite_code(error: BaseException) -> str:
@@ -279,6 +269,9 @@ def open_readonly(db: Path, busy_timeout: float, denied: str) -> tuple[Engine, s
     Raises ReadOnlyStoreError where there is nothing to read or the schema needs an upgrade
     this process cannot make, and StoreError where SQLite cannot read the file.
     """
+    from tunecache.store import migrate
+    from tunecache.store.engine import make_engine
+
     if not db.is_file() or db.stat().st_size == 0:
         raise ReadOnlyStoreError(f"cannot create cache database {db}: {denied}")
     wal = db.with_name(db.name + "-wal")
@@ -306,6 +299,9 @@ def open_readonly(db: Path, busy_timeout: float, denied: str) -> tuple[Engine, s
 def _readonly_state(
     engine: Engine, db: Path, busy_timeout: float, denied: str
 ) -> migrate.FileState:
+    from tunecache.store import migrate
+    from tunecache.store.engine import busy_errors, read_connection
+
     try:
         with busy_errors(db, busy_timeout), read_connection(engine) as conn:
             return migrate.read_state(conn.exec_driver_sql)

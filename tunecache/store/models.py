@@ -361,14 +361,15 @@ FROM entries e
     + _SET
 )
 
-#: The resolver's read contract (migration 0003): stdlib sqlite3 reads these views and nothing
-#: else, so the hot path never imports SQLAlchemy. Every `_v1` column keeps its meaning forever;
-#: an incompatible change adds `_v2` views beside them.
-READ_VIEWS = {
-    "read_entries_v1": """
-CREATE VIEW read_entries_v1 AS
-SELECT
-    e.id AS entry_id,
+
+def _view(name: str, columns: str) -> str:
+    """The head of a view's CREATE statement: its name and the columns it selects."""
+    return f"\nCREATE VIEW {name} AS\nSELECT\n{columns}"
+
+
+# The columns an entry's views share, and a verdict's (a `_v1` view's columns never change,
+# so a later view with more of them starts with the same ones, in the same order).
+_ENTRY = """    e.id AS entry_id,
     k.text AS key,
     k.signature AS signature,
     k.dims AS dims,
@@ -377,24 +378,27 @@ SELECT
     e.heuristic AS heuristic,
     e.status AS status,
     d.fingerprint AS device,
-    e.updated_at AS updated_at
-FROM entries e
 """
-    + _KEY
-    + _SET
-    + _DEVICE,
-    "read_verdicts_v1": """
-CREATE VIEW read_verdicts_v1 AS
-SELECT
-    v.entry_id AS entry_id,
+_VERDICT = """    v.entry_id AS entry_id,
     m.name AS model,
     m.fingerprint AS model_fingerprint,
     v.verdict AS verdict,
     v.gain AS gain,
-    v.updated_at AS updated_at
-FROM validations v
-JOIN models m ON m.id = v.model_id
-""",
+"""
+_VALIDATIONS = "FROM validations v\nJOIN models m ON m.id = v.model_id\n"
+
+#: The read contract: stdlib sqlite3 reads these views and nothing else, so neither the hot path
+#: (the first three, migration 0003) nor the read commands (the rest, migration 0004) import
+#: SQLAlchemy. Every `_v1` column keeps its meaning forever; an incompatible change adds `_v2`
+#: views beside them.
+READ_VIEWS = {
+    "read_entries_v1": _view("read_entries_v1", _ENTRY + "    e.updated_at AS updated_at\n")
+    + "FROM entries e\n"
+    + _KEY
+    + _SET
+    + _DEVICE,
+    "read_verdicts_v1": _view("read_verdicts_v1", _VERDICT + "    v.updated_at AS updated_at\n")
+    + _VALIDATIONS,
     "read_candidates_v1": """
 CREATE VIEW read_candidates_v1 AS
 SELECT
@@ -404,6 +408,86 @@ SELECT
     c.name AS name
 FROM candidate_sets cs
 JOIN candidates c ON c.set_id = cs.id
+""",
+    # Migration 0004: what the read commands (list, inspect, models, where) need besides.
+    "read_entry_details_v1": _view(
+        "read_entry_details_v1",
+        _ENTRY
+        + """    e.speedup AS speedup,
+    e.run_id AS run_id,
+    e.created_at AS created_at,
+    e.updated_at AS updated_at
+""",
+    )
+    + "FROM entries e\n"
+    + _KEY
+    + _SET
+    + _DEVICE,
+    "read_verdict_details_v1": _view(
+        "read_verdict_details_v1",
+        _VERDICT
+        + """    v.rounds AS rounds,
+    v.confirmations AS confirmations,
+    v.run_id AS run_id,
+    v.created_at AS created_at,
+    v.updated_at AS updated_at
+""",
+    )
+    + _VALIDATIONS,
+    "read_records_v1": """
+CREATE VIEW read_records_v1 AS
+SELECT
+    t.entry_id AS entry_id,
+    t.format_version AS format_version,
+    t.best AS best,
+    t.best_median_s AS best_median_s,
+    t.heuristic_median_s AS heuristic_median_s,
+    t.candidates_count AS candidates,
+    t.samples_count AS samples,
+    t.failures_count AS failures,
+    length(t.data) AS bytes,
+    t.data AS data,
+    t.created_at AS created_at
+FROM timing_records t
+""",
+    "read_runs_v1": """
+CREATE VIEW read_runs_v1 AS
+SELECT
+    r.id AS run_id,
+    r.kind AS kind,
+    r.status AS status,
+    d.fingerprint AS device,
+    r.tool_version AS tool_version,
+    r.hostname AS hostname,
+    r.platform AS platform,
+    r.python_version AS python_version,
+    r.pid AS pid,
+    r.started_at AS started_at,
+    r.finished_at AS finished_at,
+    r.notes AS notes
+FROM runs r
+LEFT JOIN devices d ON d.id = r.device_id
+""",
+    "read_models_v1": """
+CREATE VIEW read_models_v1 AS
+SELECT
+    m.name AS model,
+    m.fingerprint AS model_fingerprint,
+    m.created_at AS created_at
+FROM models m
+""",
+    "read_devices_v1": """
+CREATE VIEW read_devices_v1 AS
+SELECT
+    d.fingerprint AS device,
+    d.cpu AS cpu,
+    d.threads AS threads,
+    d.accelerator AS accelerator,
+    d.client AS client,
+    d.client_version AS client_version,
+    d.created_at AS created_at,
+    (SELECT count(*) FROM entries e WHERE e.device_id = d.id) AS entries
+FROM devices d
 """,
 }
 

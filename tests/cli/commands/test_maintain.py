@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import NAMES, rows, run_human, run_json
+from tests.cli.conftest import NAMES, rows, run_human, run_json, run_on_terminal
 from tunecache.cache import Cache
 from tunecache.cli import main
 
@@ -64,3 +64,27 @@ def test_doctor(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--repair would delete them" in run_human(capsys, "doctor", status=1)
     assert "repaired: delete them" in run_human(capsys, "doctor", "--repair")
     assert run_json(capsys, "doctor")["problems"] == []
+
+
+def test_prune_prints_its_entries_as_a_plain_table(
+    filled: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = run_human(capsys, "prune", "--masked", "--unvalidated", "--dry-run").splitlines()
+    assert out[0] == "entries would remove:"
+    assert out[1].split() == ["id", "key", "choice", "status", "updated", "why"]
+    assert [line.split()[1] for line in out[2:4]] == ["conv_F32_m128_k3", "matmul_F32_m8_n8"]
+    assert out[2].endswith("unvalidated, masked") and out[3].endswith("unvalidated")
+    assert out[4].startswith("would remove 2 entries") and len(out) == 5
+
+
+def test_prune_on_a_terminal_lists_a_screen_of_entries_unless_all(filled: Cache) -> None:
+    from tunecache.cache import NewEntry
+
+    filled.put_many([NewEntry(f"gemm_F32_m{i}", "direct", NAMES) for i in range(60)])
+    status, out = run_on_terminal("prune", "--unvalidated", "--dry-run")
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 2 + 50 + 2, out
+    assert lines[-2].startswith("50 of 62 entries shown, 12 more: --all shows every one")
+    assert lines[-1].startswith("would remove 62 entries")
+    status, out = run_on_terminal("prune", "--unvalidated", "--dry-run", "--all")
+    assert status == 0 and len(out.splitlines()) == 2 + 62 + 1

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import NAMES, rows, run_human, run_json, run_process
+from tests.cli.conftest import NAMES, rows, run_human, run_json, run_on_terminal, run_process
 from tunecache._version import __version__
 from tunecache.cache import Cache
 from tunecache.cli import EXIT_USAGE, main
@@ -156,3 +159,118 @@ def test_sql(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sql", "DELETE FROM entries"]) == 2
     assert "not authorized" in capsys.readouterr().err
     assert rows(filled.path) == before
+
+
+# --- reading without the store, and output of any size ------------------------------------------
+
+#: every key of a listed entry, as docs/cli.md documents them
+ENTRY_KEYS = {
+    "id", "key", "signature", "dims", "choice", "heuristic", "speedup", "status", "checksum",
+    "validated_by", "masked_by", "run_id", "created_at", "updated_at",
+}  # fmt: skip
+
+
+def _many(count: int) -> Cache:
+    """This machine's cache with `count` entries of one signature, m1 oldest."""
+    from tunecache.cache import NewEntry
+
+    cache = Cache.open()
+    cache.put_many(
+        [NewEntry(f"conv_F32_m{i}_k3", "im2col", NAMES, heuristic="direct") for i in range(count)]
+    )
+    return cache
+
+
+def test_where_says_of_a_ready_cache_what_the_store_says(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    shutil.copy(Path(__file__).resolve().parents[2] / "golden" / "rev0003.db", db)
+    upgraded = run_process("where", "--json", "--db", str(db))  # through the store: upgraded
+    assert upgraded.returncode == 0, upgraded.stderr
+    read = run_process("where", "--json", "--db", str(db))  # through the reader
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout) == json.loads(upgraded.stdout)
+    with Cache.open(path=db) as cache:
+        info = json.loads(read.stdout)
+        assert info["revision"] == cache.revision() == migrate.HEAD
+        assert info["entries"] == cache.count() and info["writable"] is not cache.readonly
+        assert info["fingerprint"] == cache.device.fingerprint
+        assert info["database"] == str(cache.path)
+
+
+def test_list_json_is_one_object_written_an_entry_a_line() -> None:
+    with _many(3):
+        pass
+    done = run_process("list", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert list(shown) == ["count", "entries"] and shown["count"] == 3
+    assert [set(e) for e in shown["entries"]] == [ENTRY_KEYS] * 3
+    assert [e["key"] for e in shown["entries"]] == [f"conv_F32_m{i}_k3" for i in (2, 1, 0)]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 + 3 + 2 and all(json.loads(line.rstrip(",")) for line in lines[3:6])
+    cut = json.loads(run_process("list", "--json", "--limit", "2").stdout)
+    assert cut["count"] == 2 and len(cut["entries"]) == 2
+    assert json.loads(run_process("list", "--json", "--op", "gemm").stdout) == {
+        "count": 0,
+        "entries": [],
+    }
+
+
+def test_list_to_a_pipe_prints_every_entry_aligned() -> None:
+    with _many(120):
+        pass
+    done = run_process("list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "120 entries" and len(lines) == 1 + 120 + 1
+    # Columns start where the header's do, on every row.
+    starts = [lines[0].index(name) for name in ("key", "choice", "status", "updated")]
+    for line in lines[1:-1]:
+        assert [line[s - 2 : s] for s in starts] == ["  "] * 4 and line[starts[0]] == "c", line
+
+
+def test_list_on_a_terminal_shows_a_screen_and_says_how_to_see_the_rest() -> None:
+    with _many(60):
+        pass
+    status, out = run_on_terminal("list")
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 1 + 50 + 1, out
+    assert lines[1].startswith("60 ") and "conv_F32_m59_k3" in lines[1]  # the newest first
+    assert lines[-1].startswith("50 of 60 entries shown, 10 more: --all shows every one")
+    status, out = run_on_terminal("list", "--all")
+    assert status == 0 and out.splitlines()[-1] == "60 entries"
+    status, out = run_on_terminal("list", "--limit", "5")
+    assert status == 0 and len(out.splitlines()) == 7 and out.splitlines()[-1] == "5 entries"
+    status, out = run_on_terminal("list", "--signature", "gemm_F32")
+    assert status == 0 and out.splitlines()[-1] == "0 entries"
+    assert run_process("list", "--all", "--limit", "3").returncode == EXIT_USAGE
+
+
+def test_a_narrow_terminal_cuts_the_key_and_keeps_it_recognisable() -> None:
+    from tunecache.cache import NewEntry
+
+    long_key = "einsum_nk,km->mn_F32_F32_F32_b1_m288_k96_n64_aconst_nstrided"
+    with Cache.open() as cache:
+        cache.put_many([NewEntry(long_key, "im2col", NAMES)])
+    status, out = run_on_terminal("list", columns=100)
+    row = out.splitlines()[1]
+    # The model lists give way first, then the key, down to 32 characters: the rest wraps.
+    assert status == 0 and f"  {long_key[:31]}…  im2col  " in row, out
+    status, out = run_on_terminal("list", columns=160)
+    assert status == 0 and len(out.splitlines()[1]) <= 160 and long_key in out
+    assert long_key in run_process("list", env={"COLUMNS": "80"}).stdout  # a pipe: whole
+
+
+def test_list_into_a_pipe_closed_early_is_no_error() -> None:
+    with _many(3000):
+        pass
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tunecache", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().startswith(b"id ")
+    child.stdout.close()  # as `| head -1` does
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0 and err == b"", err

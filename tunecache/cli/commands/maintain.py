@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 from typing import Any
 
 from tunecache.cli import render
 from tunecache.cli.device import open_cache
 from tunecache.cli.exits import EXIT_PROBLEMS, UsageError
+from tunecache.cli.options import shown_limit
 from tunecache.errors import BadArgumentError
 
 __all__ = ["cmd_prune", "cmd_doctor"]
@@ -21,6 +22,8 @@ def _current_lists(path: str | None) -> dict[str, list[str]] | None:
     """The signatures' current candidate lists from a --candidates JSON file, if one is named."""
     if path is None:
         return None
+    import json
+
     try:
         with open(path, encoding="utf-8") as fh:
             value = json.load(fh)
@@ -35,7 +38,7 @@ def _current_lists(path: str | None) -> dict[str, list[str]] | None:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """Remove old version folders and stale, unvalidated, old or masked entries; --dry-run
-    only says what would go."""
+    only says what would go. On a terminal the first 50 entries are listed unless --all."""
     from tunecache import maintain
 
     selected = {name: getattr(args, name) for name in _SELECTIONS}
@@ -53,32 +56,50 @@ def cmd_prune(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             root=args.root,
         )
-    render.emit(args, report, _print_prune)
+    if args.json:
+        _print_prune_json(report)
+    else:
+        _print_prune(report, shown_limit(args))
     return 0
 
 
-def _print_prune(report: Any) -> None:
-    """What prune removed (or would): the entries, the version folders, then the counts."""
-    console = render.console()
+def _print_prune_json(report: Any) -> None:
+    """The report as `as_dict` has it, its entries written one a line as they are turned into
+    JSON: a prune of 100,000 entries never builds the whole text."""
+    import dataclasses
+
+    fields: dict[str, Any] = dataclasses.replace(report, entries=()).as_dict()
+    render.json_stream(fields, "entries", (e.as_dict() for e in report.entries))
+
+
+def _print_prune(report: Any, limit: int | None) -> None:
+    """What prune removed (or would): the entries, the version folders, then the counts, each
+    table printed as its rows come (the first `limit` entries only, if not None)."""
     verb = "would remove" if report.dry_run else "removed"
+    shown = 0
     if report.entries:
         entries = (
             [str(e.id), e.key, e.choice, e.status, render.when(e.updated_at), ", ".join(e.reasons)]
-            for e in report.entries
+            for e in itertools.islice(report.entries, limit)
         )
-        title = f"entries {verb}"
-        console.print(
-            render.table(title, "id", "key", "choice", "status", "updated", "why", rows=entries)
+        shown = render.rows_table(
+            ("id", "key", "choice", "status", "updated", "why"),
+            entries,
+            title=f"entries {verb}:",
+            narrow=((5, 0), (1, 32)),
         )
     if report.versions:
         versions = (
             [v.version, v.path, str(v.bytes), f"left: {v.skipped}" if v.skipped else verb]
             for v in report.versions
         )
-        title = "version folders"
-        console.print(render.table(title, "version", "path", "bytes", "outcome", rows=versions))
+        render.rows_table(
+            ("version", "path", "bytes", "outcome"), versions, title="version folders:"
+        )
+    if shown < len(report.entries):
+        print(render.more_hint(shown, len(report.entries), "entries"))
     orphans = report.orphans
-    console.print(
+    print(
         f"{verb} {len(report.entries)} entries, {orphans.get('keys', 0)} keys and "
         f"{orphans.get('candidate_sets', 0)} candidate sets left unused, "
         f"{sum(v.removed for v in report.versions)} version folders"

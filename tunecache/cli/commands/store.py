@@ -1,14 +1,19 @@
-"""The subcommands that read the store: where, list (show), inspect, models, explain and sql."""
+"""The subcommands that read the store: where, list (show), inspect, models, explain and sql.
+
+Each reads through `tunecache.cli.device.read_cache`: stdlib sqlite3 and the read contract,
+without SQLAlchemy, wherever the cache is already at this tunecache's schema revision.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from tunecache.cli import render
-from tunecache.cli.device import location, open_cache
+from tunecache.cli.device import location, read_cache
 from tunecache.cli.exits import EXIT_PROBLEMS
-from tunecache.cli.options import FILTERS, option_values
+from tunecache.cli.options import FILTERS, option_values, shown_limit
 from tunecache.keys import format_key
 
 if TYPE_CHECKING:
@@ -20,25 +25,27 @@ __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", 
 
 def cmd_where(args: argparse.Namespace) -> int:
     """Print the device identity and where its cache lives, creating the cache if needed."""
-    with open_cache(args) as cache:
+    found = location(args)
+    device = found["device"]
+    with read_cache(found) as reader:
         info: dict[str, Any] = {
-            "device": cache.device.as_dict(),
-            "fingerprint": cache.device.fingerprint,
-            "database": str(cache.path),
-            "revision": cache.revision(),
-            "entries": cache.count(),
-            "writable": not cache.readonly,
+            "device": device.as_dict(),
+            "fingerprint": device.fingerprint,
+            "database": str(reader.path),
+            "revision": reader.revision,
+            "entries": reader.entry_count(),
+            "writable": reader.readonly_reason is None,
         }
-        if cache.readonly_reason:
-            info["readonly_reason"] = cache.readonly_reason
+        if reader.readonly_reason:
+            info["readonly_reason"] = reader.readonly_reason
     if args.json:
         render.print_json(info)
         return 0
     width = max(len(k) for k in info["device"]) + 1
     fields = [(name, "-" if value is None else value) for name, value in info["device"].items()]
     fields += [(name, info[name]) for name in ("database", "revision", "entries")]
-    if cache.readonly_reason:
-        fields.append(("read-only", cache.readonly_reason))
+    if "readonly_reason" in info:
+        fields.append(("read-only", info["readonly_reason"]))
     for name, value in fields:
         print(f"{name + ':':<{width + 1}} {value}")
     return 0
@@ -48,6 +55,10 @@ _LIST_COLUMNS = (
     "id", "key", "choice", "heuristic", "speedup", "status", "validated by", "masked by",
     "updated",
 )  # fmt: skip
+
+
+#: on a narrow terminal, the lists of models give way first, then the key down to 32 characters
+_NARROW = ((6, 0), (7, 0), (1, 32))
 
 
 def _entry_cells(entry: Any) -> list[str]:
@@ -67,18 +78,29 @@ def _entry_cells(entry: Any) -> list[str]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """List this device's decisions, most recently updated first, filtered by signature, op,
-    model, status or age."""
-    from tunecache import maintain
+    model, status or age. On a terminal the first 50 unless --limit or --all says otherwise."""
+    from tunecache.maintain.listing import checked, iter_entries
 
-    with open_cache(args) as cache:
-        found = maintain.list_entries(cache, **option_values(args, FILTERS))
-    if args.json:
-        render.print_json({"entries": [e.as_dict() for e in found], "count": len(found)})
-        return 0
-    listing = render.table(None, *_LIST_COLUMNS, rows=map(_entry_cells, found))
-    console = render.console()
-    console.print(listing)
-    console.print(f"{len(found)} entries")
+    filters = option_values(args, FILTERS)
+    asked = filters.pop("limit")
+    limit = shown_limit(args)
+    query = checked(filters)
+    with (
+        read_cache(location(args)) as reader,
+        reader.snapshot(),
+        contextlib.closing(iter_entries(reader, query, limit=limit)) as found,
+    ):
+        if args.json:
+            # The count comes first, as it always has: the same snapshot counts the entries.
+            total = reader.count(query)
+            count = total if limit is None else min(total, limit)
+            render.json_stream({"count": count}, "entries", (e.as_dict() for e in found))
+            return 0
+        shown = render.rows_table(_LIST_COLUMNS, map(_entry_cells, found), narrow=_NARROW)
+        total = shown
+        if asked is None and limit is not None and shown == limit:
+            total = reader.count(query)
+    print(f"{shown} entries" if total == shown else render.more_hint(shown, total, "entries"))
     return 0
 
 
@@ -90,7 +112,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     # isascii: "²".isdigit() is true, and int("²") fails.
     digits = args.target.isascii() and args.target.isdigit()
     target: int | str = int(args.target) if digits else args.target
-    with open_cache(args) as cache:
+    with read_cache(location(args)) as cache:
         try:
             found = maintain.inspect(cache, target)
         except maintain.NotFoundError as error:
@@ -200,7 +222,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     """List the models seen, with how many of this device's entries each validated or masked."""
     from tunecache import maintain
 
-    with open_cache(args) as cache:
+    with read_cache(location(args)) as cache:
         found = maintain.models(cache)
     if args.json:
         render.print_json({"models": [m.as_dict() for m in found]})
@@ -258,7 +280,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     query, run it read-only and print its rows."""
     from tunecache import maintain
 
-    with open_cache(args) as cache:
+    with read_cache(location(args)) as cache:
         path = cache.path
     if args.query is None:
         if args.json:
