@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tunecache.errors import BadArgumentError, StoreError, TunecacheWarning
-from tunecache.store import health
+from tunecache.store import filesystems, health
 from tunecache.store.engine import make_engine
 
 
@@ -153,7 +153,7 @@ def test_a_cache_on_a_network_filesystem_is_refused_unless_one_host_is_promised(
     health.check_filesystem(Path("/var/cache/x/cache.db"), MOUNTINFO)  # a local disk: fine
 
     monkeypatch.setenv(health.ALLOW_NETWORK_FS_ENV, "1")
-    monkeypatch.setattr(health, "_warned_network", set())
+    monkeypatch.setattr(filesystems, "_warned_network", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         health.check_filesystem(db, MOUNTINFO)

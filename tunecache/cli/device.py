@@ -80,7 +80,7 @@ def read_cache(found: dict[str, Any]) -> Iterator[CacheReader]:
     created, upgraded, opened read-only or refused exactly as the store decides.
     """
     from tunecache.paths import locate
-    from tunecache.store.health import check_filesystem
+    from tunecache.store.filesystems import check_filesystem
     from tunecache.store.reading import CacheReader
 
     db = locate(device=found["device"], root=found["root"], path=found["path"])[1]
