@@ -60,7 +60,7 @@ __all__ = [
 #: limit (16 MiB) and its verdicts
 ITEM_MAX_SIZE = 32 * 1024 * 1024
 #: default limit on the CBOR items of one item of a stream (an entry takes about 25, and 15
-#: more a verdict; a set 8 and one a name)
+#: more for each verdict; a set 8, and one more for each name)
 ITEM_MAX_ITEMS = 200_000
 #: the most bytes of set and model items one stream may declare: a reader keeps them all
 MAX_TABLES = 16 * 1024 * 1024
@@ -281,9 +281,6 @@ class Reader:
         """The entries, checked, in stream order; the end is checked after the last. With
         `records` False, their timing records are left for the caller to check (see
         `wire.read_entry`).
-
-        One loop, since the checks are of order: every branch updates the state the next item
-        is judged against (the sets and models so far, the last entry, the table's size).
         """
         sets: list[Set] = []
         models: list[tuple[str, str]] = []
@@ -339,8 +336,12 @@ class Reader:
         if not isinstance(body, dict):
             raise fail(f"the end item is {kind(body)}, not a map")
         _cbor.check_keys(body, _END_KEYS, f"{PREFIX}the end item: ")
-        came = {"entries": entries, "candidate_sets": sets, "models": models}
-        came["validations"] = verdicts
+        came = {
+            "entries": entries,
+            "candidate_sets": sets,
+            "models": models,
+            "validations": verdicts,
+        }
         for name, value in came.items():
             said = body[name]
             if not is_int(said) or said != value:
@@ -403,6 +404,7 @@ def read_export(
     return Export(reader.header, reader.entries(records=records))
 
 
+# What an item of each CBOR major type is, for a message (byte strings and maps never need one).
 _MAJORS = (
     "an integer",
     "a negative integer",
