@@ -1,26 +1,21 @@
 """Importing an export (tunecache.exchange.importer): round trips, other devices, all or nothing,
-and the conflict policies."""
+the conflict policies, and the chunks and checking processes an import is applied through."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
-import cbor2
 import pytest
 
+from tests.exchange.conftest import items, stream, without_time
 from tests.store_helpers import NAMES, RESNET, judge, snapshot, sql, timing
 from tunecache import exchange
 from tunecache.cache import Cache
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError, DeviceMismatchError, StoreError
-
-
-def _doc(data: bytes) -> dict[str, Any]:
-    doc = cbor2.loads(data)
-    doc.pop("exported_at")
-    return dict(doc)
-
+from tunecache.errors import BadArgumentError, CodecError, DeviceMismatchError, StoreError
+from tunecache.exchange import importer, staging
 
 # --- round trip --------------------------------------------------------------------------------
 
@@ -34,7 +29,7 @@ def test_round_trip_export_import_export_gives_the_same_entries(
     assert report.verdicts == 3
     assert report.run_id is not None
     second = exchange.export_cache(other)
-    assert _doc(second) == _doc(first)
+    assert without_time(second) == without_time(first)
     # The entries read through the cache API agree too, records included.
     mine = {(e.key, e.checksum): e for e in filled.entries()}
     theirs = {(e.key, e.checksum): e for e in other.entries()}
@@ -198,3 +193,123 @@ def test_policy_both_keeps_the_other_under_its_origin_once(cache: Cache, other: 
     # Merging the same source again does not pile up copies.
     exchange.import_cache(cache, data, policy="both", origin="peer.cbor")
     assert sql(cache.path, "SELECT count(*) FROM entries") == [(2,)]
+
+
+# --- streams, chunks and staging -----------------------------------------------------------------
+
+
+def test_an_import_reads_a_binary_stream_as_it_reads_bytes(
+    filled: Cache, other: Cache, cache_at: Callable[..., Cache], tmp_path: Path
+) -> None:
+    path = tmp_path / "a.cbor"
+    with open(path, "wb") as fh:
+        exchange.export_to(filled, fh)
+    with open(path, "rb") as fh:
+        from_file = exchange.import_cache(other, fh)
+    from_bytes = exchange.import_cache(cache_at("third.db"), path.read_bytes())
+    assert from_file.actions == from_bytes.actions and from_file.verdicts == 3
+
+
+def test_a_stream_cut_before_its_end_leaves_the_files_byte_equal(
+    filled: Cache, other: Cache
+) -> None:
+    # Every entry came, checked; only the end item is missing. Nothing was written: not a
+    # page into the WAL, not a byte of the database.
+    other.put("gemm_F32_m1", choice="direct", candidates=NAMES, record=timing(1e-5, 2e-5))
+    before = snapshot(other.path)
+    cut = stream(items(exchange.export_cache(filled))[:-1])
+    with pytest.raises(CodecError, match="without its end item"):
+        exchange.import_cache(other, cut)
+    assert snapshot(other.path) == before
+
+
+def test_nothing_is_left_beside_the_cache(filled: Cache, other: Cache) -> None:
+    folder = sorted(other.path.parent.iterdir())
+    exchange.import_cache(other, exchange.export_cache(filled))
+    with pytest.raises(CodecError):
+        exchange.import_cache(other, exchange.export_cache(filled)[:-3])
+    assert sorted(other.path.parent.iterdir()) == folder
+
+
+def test_chunks_of_two_decide_and_write_as_one_chunk_does(
+    cache: Cache, other: Cache, cache_at: Callable[..., Cache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(5):
+        cache.put(f"gemm_F32_m{i + 1}", choice="direct", candidates=NAMES, record=timing(1e-5))
+        other.put(
+            f"gemm_F32_m{i + 1}",
+            choice="im2col",
+            candidates=NAMES,
+            record=timing(2e-5, 1e-5, samples=9),
+        )
+    for i in range(5, 9):
+        other.put(f"gemm_F32_m{i + 1}", choice="im2col", candidates=NAMES)
+    data = exchange.export_cache(other)
+    third = cache_at("third.db")
+    exchange.import_cache(third, exchange.export_cache(cache))
+    whole = exchange.import_cache(cache, data, policy="evidence")
+    monkeypatch.setattr(staging, "CHUNK", 2)
+    chunked = exchange.import_cache(third, data, policy="evidence")
+    assert chunked.actions == whole.actions
+    assert chunked.counts == {**whole.counts} and whole.counts["replaced"] == 5
+    assert without_time(exchange.export_cache(third)) == without_time(exchange.export_cache(cache))
+
+
+def test_an_import_reports_its_reading_and_its_writing(filled: Cache, other: Cache) -> None:
+    calls: list[tuple[str, int, int]] = []
+    exchange.import_cache(other, exchange.export_cache(filled), progress=lambda *c: calls.append(c))
+    assert calls == [("import", 0, 4), ("import", 4, 4), ("write", 0, 4), ("write", 4, 4)]
+
+
+# --- a worker process checking the records -------------------------------------------------------
+
+
+@pytest.fixture
+def worker_from_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process for any export, and batches of two records."""
+    monkeypatch.setattr(importer, "WORKER_FROM", 1)
+    monkeypatch.setattr(importer, "BATCH", 2)
+
+
+@pytest.mark.usefixtures("worker_from_one")
+def test_a_worker_process_checks_the_records_as_this_one_would(
+    filled: Cache, other: Cache, cache_at: Callable[..., Cache]
+) -> None:
+    data = exchange.export_cache(filled)
+    alone = exchange.import_cache(other, data)
+    helped = exchange.import_cache(cache_at("third.db"), data, workers=1)
+    assert helped.actions == alone.actions and helped.verdicts == alone.verdicts
+    assert without_time(exchange.export_cache(cache_at("third.db"))) == without_time(
+        exchange.export_cache(other)
+    )
+
+
+@pytest.mark.usefixtures("worker_from_one")
+def test_the_first_bad_entry_is_named_whoever_found_it(exported: bytes, other: Cache) -> None:
+    parts = items(exported)
+    entries = [i for i, p in enumerate(parts) if i and p[0] == "entry"]
+    with_record = [i for i in entries if parts[i][1]["record"] is not None]
+    # A bad record early (the worker finds it) and a bad key later (the reader does).
+    parts[with_record[0]][1]["record"] = b"\xff"
+    parts[entries[-1]][1]["key"] = "matmul__F32"
+    before = snapshot(other.path)
+    for workers in (0, 1):
+        with pytest.raises(CodecError, match=r"^export file: entry 1 \('conv_F32_m128_k3'\)"):
+            exchange.import_cache(other, stream(parts), workers=workers)
+    assert snapshot(other.path) == before
+
+
+def test_a_stopped_worker_is_a_store_error(
+    filled: Cache, other: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    class Broken(Future[list[object]]):
+        def result(self, timeout: float | None = None) -> list[object]:
+            raise BrokenProcessPool("gone")
+
+    monkeypatch.setattr(importer.Checker, "submit", lambda self, tasks: Broken())
+    with pytest.raises(StoreError, match="the process checking timing records stopped: gone"):
+        exchange.import_cache(other, io.BytesIO(exchange.export_cache(filled)))
+    assert other.count() == 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import io
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +15,9 @@ from tests.store_helpers import NAMES, snapshot, sql
 from tunecache import exchange
 from tunecache.cache import Cache
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError, StoreError
+from tunecache.errors import BadArgumentError, CodecError, StoreError
+from tunecache.exchange import importer
+from tunecache.exchange.export import export_items
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -73,3 +78,31 @@ def test_open_source_reads_the_preferred_device_or_the_only_one(
     empty = cache_at("empty.db")
     with pytest.raises(BadArgumentError, match=r"\(none\)"):
         exchange.open_source(empty.path, device)
+
+
+def test_merging_an_export_stream_reads_it_as_an_import_does(filled: Cache, other: Cache) -> None:
+    report = exchange.merge(other, io.BytesIO(exchange.export_cache(filled)), origin="peer.cbor")
+    assert (report.kind, report.counts["added"], report.verdicts) == ("merge", 4, 3)
+
+
+def test_a_refused_merge_lets_go_of_its_source(
+    filled: Cache, device: Device, other: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The source's entries are read in one snapshot as they are merged: a refusal midway ends
+    # that read at once, not whenever the garbage collector comes by.
+    made: list[Generator[bytes, None, int]] = []
+
+    def spied(cache: Cache, **options: Any) -> Generator[bytes, None, int]:
+        made.append(export_items(cache, **options))
+        return made[-1]
+
+    # The module, not the function the package names after it.
+    monkeypatch.setattr(importlib.import_module("tunecache.exchange.merge"), "export_items", spied)
+    monkeypatch.setattr(importer, "BATCH", 1)  # the bad record is checked as soon as it is read
+    sql(filled.path, "UPDATE timing_records SET data = x'ff' WHERE id = 1")
+    with exchange.open_source(filled.path, device) as source:
+        with pytest.raises(CodecError, match="timing record"):
+            exchange.merge(other, source)
+        [items] = made
+        assert items.gi_frame is None  # closed: its read transaction ended
+    assert other.count() == 0

@@ -9,6 +9,7 @@ address space may grow by at most CAP bytes (RLIMIT_AS), each refusal a typed Tu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -21,11 +22,13 @@ from pathlib import Path
 import cbor2
 import pytest
 
+from tests.exchange.conftest import items, stream
 from tests.reliability import harness
 from tests.reliability.harness import DEVICE, MARK, NAMES, OPENED, Child, Sender
 from tunecache import exchange
-from tunecache.cache import Cache
-from tunecache.codec import encode
+from tunecache.cache import Cache, NewEntry
+from tunecache.candidates import checksum
+from tunecache.codec import CandidateTiming, TimingRecord, encode
 from tunecache.errors import TunecacheError
 from tunecache.keys import make_key
 from tunecache.resolve import Table
@@ -70,12 +73,18 @@ RECORDS["negative sample"] = _with_sample(b"\x00\x00\x00\x00\x00\x00\xf0\xbf")
 
 
 def _exports(valid: bytes) -> dict[str, bytes]:
-    doc = cbor2.loads(valid)
-    hostile_record = dict(doc)
-    hostile_record["entries"] = [dict(e) for e in doc["entries"]]
-    hostile_record["entries"][0]["record"] = RECORDS["tag chain"]
-    duplicated = dict(doc)
-    duplicated["entries"] = doc["entries"] + doc["entries"][:1]
+    parts = items(valid)
+    first_entry = next(i for i, part in enumerate(parts) if i and part[0] == "entry")
+    hostile_record = [list(part) if isinstance(part, list) else part for part in parts]
+    hostile_record[first_entry] = ["entry", {**parts[first_entry][1]}]
+    hostile_record[first_entry][1]["record"] = RECORDS["tag chain"]
+    duplicated = [*parts[:-1], parts[first_entry], parts[-1]]
+    header, *_ = parts
+    # Sets enough to pass the table limit: a reader keeps every set a stream declares.
+    many_sets = [header] + [
+        ["set", {"signature": f"s{i}", "checksum": checksum(["a"]), "names": ["a"]}]
+        for i in range(300_000)
+    ]
     return {
         "export: array of 2**64-1 items": b"\x9b" + b"\xff" * 8 + b"\x00" * 8,
         "export: map of 2**63 pairs": b"\xbb\x80" + b"\x00" * 15,
@@ -83,9 +92,14 @@ def _exports(valid: bytes) -> dict[str, bytes]:
         "export: tag chain": b"\xd8\x1c" * 1000 + b"\x00",
         "export: indefinite array": b"\x9f" * 1000 + b"\xff" * 1000,
         "export: trailing bytes": valid + b"\x00",
-        "export: hostile record inside": bytes(cbor2.dumps(hostile_record)),
-        "export: an entry twice": bytes(cbor2.dumps(duplicated)),
+        "export: hostile record inside": stream(hostile_record),
+        "export: an entry twice": stream(duplicated),
         "export: a SQLite file": b"SQLite format 3\x00" + bytes(4096),
+        "export: an item declaring 2**62 bytes": b"\x5b" + (2**62).to_bytes(8, "big"),
+        "export: items of a megabyte, never ending": stream([header])
+        + (b"\x5a" + (2**20).to_bytes(4, "big") + b"\x80" * 2**20) * 200,
+        "export: sets past the table limit": stream(many_sets),
+        "export: a version 1 map of 2**32 entries": b"\xa9\x67entries\x9b" + b"\xff" * 8,
     }
 
 
@@ -182,3 +196,88 @@ def test_hostile_input_is_refused_typed_quickly_and_in_bounded_memory(tmp_path: 
     with Cache.open(device=DEVICE, path=db) as cache:
         assert cache.count() == len(RECORDS)
     assert os.path.getsize(db) > 0
+
+
+#: how much more memory the child importing a large export may map than it had when it started
+STREAM_CAP = 64 * 1024 * 1024
+#: the entries of that export, each with a record of 4 candidates x 16,384 samples (512 KiB)
+STREAM_ENTRIES = 200
+
+
+def _big_record(seq: int) -> TimingRecord:
+    samples = tuple(1e-5 * (1 + (seq + k) % 97 / 100) for k in range(16_384))
+    return TimingRecord(
+        candidates=tuple(CandidateTiming(name, samples) for name in NAMES),
+        settings={"seq": seq},
+    )
+
+
+def _digest(path: Path) -> str:
+    """The database's and its WAL's bytes, hashed a block at a time."""
+    out = hashlib.sha256()
+    for name in (path, Path(f"{path}-wal")):
+        if name.exists():
+            with open(name, "rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    out.update(block)
+    return out.hexdigest()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS is enforced on Linux")
+def test_a_streaming_import_larger_than_memory_succeeds_and_a_cut_one_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "source.db"
+    with Cache.open(device=DEVICE, path=source) as cache:
+        for start in range(0, STREAM_ENTRIES, 16):
+            cache.put_many(
+                NewEntry(
+                    make_key("conv_F32_big", h=seq + 1),
+                    NAMES[seq % 4],
+                    NAMES,
+                    record=_big_record(seq),
+                )
+                for seq in range(start, min(start + 16, STREAM_ENTRIES))
+            )
+        whole = tmp_path / "whole.cbor"
+        with open(whole, "wb") as fh:
+            exchange.export_to(cache, fh)
+    cut = tmp_path / "cut.cbor"
+    with open(whole, "rb") as src, open(cut, "wb") as dst:
+        for block in iter(lambda: src.read(1 << 20), b""):
+            dst.write(block)
+        dst.truncate(whole.stat().st_size - 60)  # the end item and a little of the last entry
+    assert whole.stat().st_size > 1.5 * STREAM_CAP
+    kept = tmp_path / "kept.db"
+    with Cache.open(device=DEVICE, path=kept) as cache:
+        cache.put(make_key("conv_F32_kept", m=1), choice=NAMES[0], candidates=NAMES)
+    before = _digest(kept)
+
+    def body(send: Sender) -> None:
+        import resource
+
+        fresh = Cache.open(device=DEVICE, path=tmp_path / "fresh.db")
+        target = Cache.open(device=DEVICE, path=kept)
+        limit = _vm_bytes() + STREAM_CAP
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        for name, cache, path in (("cut", target, cut), ("whole", fresh, whole)):
+            try:
+                with open(path, "rb") as fh:
+                    report = exchange.import_cache(cache, fh)
+                outcome = f"added {report.counts['added']}"
+            except TunecacheError as error:
+                outcome = f"refused: {type(error).__name__}: {error}"
+            except BaseException as error:  # MemoryError, anything untyped
+                outcome = f"escaped: {type(error).__name__}: {str(error)[:200]}"
+            send(MARK, OPENED, text=json.dumps([name, outcome]))
+        send(MARK, OPENED, text=json.dumps(["count", fresh.count()]))
+
+    kid = Child(body)
+    kid.finish()
+    assert kid.crashes() == [], kid.crashes()
+    results = dict(json.loads(m.text) for m in kid.messages if m.tag == MARK)
+    assert results["whole"] == f"added {STREAM_ENTRIES}"
+    assert results["count"] == STREAM_ENTRIES
+    assert results["cut"].startswith("refused: CodecError: export file: truncated at byte")
+    assert "\n" not in results["cut"]
+    assert _digest(kept) == before  # not a byte of the database or its WAL changed

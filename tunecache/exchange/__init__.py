@@ -1,20 +1,24 @@
-"""Export, import and merge a device's cache as bytes: one versioned CBOR document.
+"""Export, import and merge a device's cache as bytes or binary streams: one versioned CBOR
+export, written and read an item at a time.
 
-The API takes and returns bytes, never paths, so an embedded or browser build can move a cache
-without a filesystem. An import is all-or-nothing: the whole document is decoded and checked
-before one write transaction applies it, so a bad file leaves the cache exactly as it was.
+The API takes and returns bytes or file-like binary streams, never paths, so an embedded or
+browser build can move a cache without a filesystem. An import is all or nothing: the export
+is read and checked item by item, in bounded memory, and staged until its end has come; only
+then does one write transaction apply it, so a bad file leaves the cache exactly as it was.
 
-- `wire`: the document format, written and read back with limits;
-- `export`: a device's entries as the document carries them;
-- `importer`: the conflict policies and the one transaction that applies a document;
-- `merge`: another cache database (or an export's bytes) merged in;
+- `wire`: the items of the format (both versions), built and checked;
+- `stream`: the version 2 stream, framed, ordered and read back with limits;
+- `export`: a device's entries, a chunk of keys at a time, as the stream carries them;
+- `staging`: an import's checked entries, set aside until the export has been read;
+- `importer`: the conflict policies and the one transaction that applies an export;
+- `merge`: another cache database (or an export) merged in;
 - `reports`: what an import did, entry by entry, and how evidence compares.
 """
 
 from __future__ import annotations
 
 from tunecache.cache import Progress
-from tunecache.exchange.export import export_cache
+from tunecache.exchange.export import Exported, export_cache, export_to
 from tunecache.exchange.importer import POLICIES, import_cache, origin_device
 from tunecache.exchange.merge import merge, open_source
 from tunecache.exchange.reports import EntryAction, ImportReport, evidence
@@ -36,10 +40,12 @@ __all__ = [
     "POLICIES",
     "SQLITE_HEADER",
     "EntryAction",
+    "Exported",
     "ImportReport",
     "Progress",
     "evidence",
     "export_cache",
+    "export_to",
     "import_cache",
     "merge",
     "open_source",

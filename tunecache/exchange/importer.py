@@ -1,37 +1,48 @@
 """Import an export into a cache, all or nothing, under a conflict policy.
 
-The whole document is decoded and checked before one write transaction applies it, so a bad file
-leaves the cache exactly as it was.
+The export is read from a stream item by item, every item checked, and staged in a temporary
+file (`tunecache.exchange.staging`) until its end item has come: a bad export is refused
+before anything touches the cache. Then one write transaction applies it a chunk at a time,
+each chunk compared with the local entries of its keys (found by the keys' index) and written
+through the batch path (`tunecache.store.bulk`), so memory is bounded by a chunk, whatever
+the size of the export.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import io
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from contextlib import closing
 from dataclasses import dataclass, field, replace
+from typing import BinaryIO
 
-from sqlalchemy import Connection
-
-from tunecache.cache import Cache, Progress
+from tunecache._cbor import short
+from tunecache.cache import Cache, Progress, Transaction
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError, DeviceMismatchError
-from tunecache.exchange.export import read_entries
+from tunecache.errors import BadArgumentError, CodecError, DeviceMismatchError
+from tunecache.exchange.checking import WORKER_FROM, Checked, Checker, summary
+from tunecache.exchange.export import read_keys
 from tunecache.exchange.reports import EntryAction, ImportReport, evidence
-from tunecache.exchange.wire import (
-    MAX_DEPTH,
-    MAX_ITEMS,
-    MAX_SIZE,
-    ExportedEntry,
-    decode_document,
-    iso,
-)
-from tunecache.keys import parse
-from tunecache.store import queries, rows
+from tunecache.exchange.staging import Staged, Staging
+from tunecache.exchange.stream import Export, read_export
+from tunecache.exchange.wire import MAX_DEPTH, ExportedEntry, fail, iso
+from tunecache.store import bulk, rows
+from tunecache.store.models import utcnow
 
 __all__ = ["POLICIES", "import_cache", "origin_device"]
 
 #: conflict policies: keep the local entry, keep the one with stronger evidence, keep both
 POLICIES = ("local", "evidence", "both")
+
+# Records go to be checked in batches of BATCH entries (or BATCH_BYTES of records), at most
+# BATCHES of them (and IN_FLIGHT_BYTES of records) out at once.
+BATCH = 256
+BATCH_BYTES = 4 * 1024 * 1024
+BATCHES = 32
+IN_FLIGHT_BYTES = 32 * 1024 * 1024
 
 
 def _evidence_of(entry: ExportedEntry) -> tuple[int, int, int]:
@@ -44,13 +55,14 @@ def _evidence_of(entry: ExportedEntry) -> tuple[int, int, int]:
 
 @dataclass(slots=True)
 class _Plan:
-    """The actions an import decided on, before it writes any of them."""
+    """The actions an import decided on for one chunk, before it writes any of them."""
 
-    actions: list[EntryAction] = field(default_factory=list)
-    #: entries to write on the local device, with the local entry's id they replace, if any
-    local: list[tuple[ExportedEntry, int | None]] = field(default_factory=list)
+    #: (key, checksum, action) of each entry, in order
+    actions: list[tuple[str, str, str]] = field(default_factory=list)
+    #: entries to write on the local device (new, or replacing the local one)
+    local: list[Staged] = field(default_factory=list)
     #: entries to keep beside a local one, under the origin device
-    aside: list[ExportedEntry] = field(default_factory=list)
+    aside: list[Staged] = field(default_factory=list)
 
 
 def origin_device(source: Device, origin: str) -> Device:
@@ -67,168 +79,251 @@ def origin_device(source: Device, origin: str) -> Device:
 
 
 def _plan(
-    incoming: Iterable[ExportedEntry],
-    local: Mapping[tuple[str, str], tuple[int, ExportedEntry]],
+    incoming: Iterable[Staged],
+    local: Mapping[tuple[str, str], ExportedEntry],
     policy: str,
 ) -> _Plan:
     plan = _Plan()
-    for entry in incoming:
-        found = local.get(entry.ident)
+    for staged in incoming:
+        ident = staged.ident
+        found = local.get(ident) if local else None
         if found is None:
             action = "added"
-            plan.local.append((entry, None))
-        elif found[1].content() == entry.content():
-            action = "unchanged"
-        elif policy == "evidence" and _evidence_of(entry) > _evidence_of(found[1]):
-            action = "replaced"
-            plan.local.append((entry, found[0]))
-        elif policy == "both":
-            action = "kept-both"
-            plan.aside.append(entry)
+            plan.local.append(staged)
         else:
-            action = "kept-local"
-        plan.actions.append(EntryAction(entry.key, entry.checksum, action))
+            entry = staged.entry()
+            if found.content() == entry.content():
+                action = "unchanged"
+            elif policy == "evidence" and _evidence_of(entry) > _evidence_of(found):
+                action = "replaced"
+                plan.local.append(staged)
+            elif policy == "both":
+                action = "kept-both"
+                plan.aside.append(staged)
+            else:
+                action = "kept-local"
+        plan.actions.append((*ident, action))
     return plan
 
 
-class _Writer:
-    """Writes planned entries inside one transaction, remembering the model rows it made."""
+class _Applier:
+    """Applies staged entries inside one write transaction, a chunk at a time: compares each
+    chunk with the local entries of its keys, then writes what the policy keeps."""
 
-    def __init__(self, conn: Connection, run_id: int) -> None:
-        self.conn = conn
-        self.run_id = run_id
+    def __init__(self, tx: Transaction, kind: str, policy: str, notes: str, aside: Device) -> None:
+        self.tx = tx
+        self.kind = kind
+        self.policy = policy
+        self.notes = notes
+        self.aside = aside
+        self.now = utcnow()
+        self.own = tx.device_id()
+        self.names: dict[int, tuple[str, ...]] = {}
+        # Each entry's key, checksum and action, in three lists of text until the report is
+        # made: 100,000 objects kept alive through the whole transaction made the garbage
+        # collector walk them again and again, a twentieth of an import's time.
+        self.keys: list[str] = []
+        self.checksums: list[str] = []
+        self.done: list[str] = []
+        self.run_id: int | None = None
+        self.aside_id: int | None = None
         self.verdicts = 0
-        self._models: dict[tuple[str, str], int] = {}
 
-    def _model(self, name: str, fingerprint: str) -> int:
-        found = self._models.get((name, fingerprint))
-        if found is None:
-            found = self._models[name, fingerprint] = rows.model_row(self.conn, name, fingerprint)
-        return found
+    def chunk(self, chunk: list[Staged]) -> None:
+        """Compare and write one chunk of staged entries."""
+        conn = self.tx.conn
+        local: dict[tuple[str, str], ExportedEntry] = {}
+        if self.own is not None:
+            keys = sorted({staged.key for staged in chunk})
+            local = {e.ident: e for _, e in read_keys(conn, self.own, keys, self.names)}
+        plan = _plan(chunk, local, self.policy)
+        for key, sum_, action in plan.actions:
+            self.keys.append(key)
+            self.checksums.append(sum_)
+            self.done.append(action)
+        if not plan.local and not plan.aside:
+            return
+        if self.run_id is None:
+            self.run_id = self.tx.start_run(self.kind, self.notes, status="finished")
+        self.own = own = self.tx.device_row()
+        writes = [staged.write(self.run_id) for staged in plan.local]
+        bulk.write_entries(conn, own, writes, now=self.now)
+        if plan.aside:
+            if self.aside_id is None:
+                self.aside_id = rows.device_row(conn, self.aside)
+            aside = [staged.write(self.run_id) for staged in plan.aside]
+            bulk.write_entries(conn, self.aside_id, aside, now=self.now)
+            writes += aside
+        self.verdicts += sum(len(w.verdicts) for w in writes)
 
-    def write(self, device_id: int, entry: ExportedEntry, replaces: int | None) -> None:
-        conn = self.conn
-        values = {
-            "choice": entry.choice,
-            "heuristic": entry.heuristic,
-            "status": entry.status,
-            "speedup": entry.speedup,
-            "run_id": self.run_id,
-            "created_at": entry.created_at,
-            "updated_at": entry.updated_at,
-        }
-        key_id = rows.key_row(conn, parse(entry.key))
-        set_id = rows.candidate_set_row(conn, entry.signature, entry.names, entry.checksum)
-        if replaces is None:
-            # A row of this device may exist even if the plan saw none: an entry kept aside
-            # from the same export before, under the same origin device.
-            found = queries.entry_at(conn, device_id, key_id, set_id)
-            replaces = None if found is None else found[0]
-        if replaces is None:
-            entry_id = rows.insert_entry(conn, device_id, key_id, set_id, values)
-        else:
-            entry_id = replaces
-            rows.update_entry(conn, entry_id, values)
-            rows.clear_evidence(conn, entry_id, verdicts=True)
-        if entry.record is not None and entry.blob is not None:
-            rows.insert_record(
-                conn, entry_id, entry.record, entry.blob, entry.heuristic, entry.updated_at
-            )
-        for v in entry.verdicts:
-            rows.insert_verdict(
-                conn,
-                self._model(v.model, v.fingerprint),
-                entry_id,
-                {
-                    "verdict": v.verdict,
-                    "gain": v.gain,
-                    "rounds": v.rounds,
-                    "confirmations": v.confirmations,
-                    "run_id": self.run_id,
-                    "created_at": v.created_at,
-                    "updated_at": v.updated_at,
-                },
-            )
-            self.verdicts += 1
+
+class _Stager:
+    """Stages every entry of an export in order, each with its record checked: records go to
+    the checker in batches while the export is read on, and an entry is staged once its batch
+    is back.
+    """
+
+    def __init__(self, staging: Staging, checker: Checker, kind: str, expected: int) -> None:
+        self.staging = staging
+        self.checker = checker
+        self.kind = kind
+        self.expected = expected
+        self.progress: Progress | None = None
+        self._pending: deque[tuple[list[ExportedEntry], Future[list[Checked]]]] = deque()
+        self._in_flight = 0
+
+    def run(self, entries: Iterator[ExportedEntry], *, other: bool) -> None:
+        """Stage them all. A refusal names the first bad entry in the export's order, whether
+        the reading or the checking found it."""
+        batch: list[ExportedEntry] = []
+        size = 0
+        while True:
+            try:
+                entry = next(entries, None)
+            except CodecError:
+                # The reading refused an entry: an earlier one's record may be refused first.
+                self._send(batch, size)
+                self._receive(everything=True)
+                raise
+            if entry is None:
+                break
+            if other:
+                # Another device's verdicts say nothing about this one.
+                entry = replace(entry, status="unvalidated", verdicts=())
+            batch.append(entry)
+            size += 0 if entry.blob is None else len(entry.blob)
+            if len(batch) >= BATCH or size >= BATCH_BYTES:
+                self._send(batch, size)
+                batch, size = [], 0
+        self._send(batch, size)
+        self._receive(everything=True)
+        if self.progress is not None:
+            self.progress(self.kind, self.staging.count, self.staging.count)
+
+    def _send(self, batch: list[ExportedEntry], size: int) -> None:
+        tasks = [
+            (e.blob, e.names, e.heuristic) for e in batch if e.record is None and e.blob is not None
+        ]
+        self._pending.append((batch, self.checker.submit(tasks)))
+        self._in_flight += size
+        self._receive(everything=False)
+
+    def _receive(self, *, everything: bool) -> None:
+        """Stage the batches that are back, in order; wait for the oldest while too many are
+        out (or, with `everything`, until none is)."""
+        pending = self._pending
+        while pending and (
+            everything
+            or pending[0][1].done()
+            or len(pending) > BATCHES
+            or self._in_flight > IN_FLIGHT_BYTES
+        ):
+            batch, future = pending.popleft()
+            results = iter(Checker.results(future))
+            for e in batch:
+                if e.blob is None:
+                    checked: Checked | None = None
+                elif e.record is not None:  # a version 1 export's, decoded as it was read
+                    checked = summary(e.record, e.blob, e.heuristic)
+                else:
+                    checked = next(results)
+                if isinstance(checked, str):
+                    raise fail(f"entry {self.staging.count} ({short(e.key)}): {checked}")
+                if self.progress is not None and self.staging.count % 256 == 0:
+                    self.progress(self.kind, self.staging.count, self.expected)
+                self.staging.add(e, checked)
+                self._in_flight -= 0 if e.blob is None else len(e.blob)
 
 
 def import_cache(
     cache: Cache,
-    data: bytes,
+    data: bytes | BinaryIO | Export,
     *,
     allow_other_device: bool = False,
     policy: str = "local",
     origin: str | None = None,
     kind: str = "import",
     progress: Progress | None = None,
-    max_size: int = MAX_SIZE,
+    workers: int = 0,
+    max_size: int | None = None,
     max_depth: int = MAX_DEPTH,
-    max_items: int = MAX_ITEMS,
+    max_items: int | None = None,
 ) -> ImportReport:
     """Import an export into this cache, all or nothing, and say what happened to each entry.
 
-    A file from another device identity is refused with DeviceMismatchError unless
-    `allow_other_device`; then its entries arrive with status "unvalidated" and without the
-    other device's verdicts, which say nothing about this one. Where the file and the cache
-    both hold an entry for a key and candidate set, `policy` decides (see POLICIES and the
-    `evidence` function). `origin` names the source in the `runs` row that logs the import.
+    `data` is an export's bytes, a binary stream of it (read an item at a time; a version 1
+    export, one map, is read whole), or an export being read (`stream.Export`: another
+    cache's, as a merge reads it). Every item is checked, and nothing is written until the
+    whole export has been read and found good. A file from another device identity is
+    refused with DeviceMismatchError unless `allow_other_device`; then its entries arrive
+    with status "unvalidated" and without the other device's verdicts, which say nothing
+    about this one. Where the file and the cache both hold an entry for a key and candidate
+    set, `policy` decides (see POLICIES and the `evidence` function). `origin` names the
+    source in the `runs` row that logs the import. `workers` processes may check the timing
+    records beside this one, for an export of WORKER_FROM entries or more (see
+    `tunecache.exchange.checking`; the command line uses one on a machine of more than one
+    CPU). The limits are those of `tunecache.exchange.stream.read_export`.
     """
     if policy not in POLICIES:
         raise BadArgumentError(f"policy must be one of {POLICIES}, got {policy!r}")
-    doc = decode_document(data, max_size, max_depth, max_items)
-    other = doc.device.fingerprint != cache.device.fingerprint
+    export = data if isinstance(data, Export) else _open(data, max_size, max_depth, max_items)
+    header = export.header
+    other = header.device.fingerprint != cache.device.fingerprint
     if other and not allow_other_device:
         try:
-            cache.device.require_same(doc.device, "the export file")
+            cache.device.require_same(header.device, "the export file")
         except DeviceMismatchError as error:
             raise DeviceMismatchError(
                 f"{error} (allow another device to import its entries as unvalidated)"
             ) from None
-    incoming: Sequence[ExportedEntry] = doc.entries
-    if other:
-        incoming = [replace(e, status="unvalidated", verdicts=()) for e in incoming]
-    source = origin if origin is not None else f"an export made {iso(doc.exported_at)}"
-    aside_device = origin_device(doc.device, source)
-    report = ImportReport(
+    source = origin if origin is not None else f"an export made {iso(header.exported_at)}"
+    aside = origin_device(header.device, source)
+    notes = (
+        f"{kind} from {source}: device {header.device.dirname} {header.device.client} "
+        f"{header.device.client_version} ({header.device.fingerprint}), exported "
+        f"{iso(header.exported_at)} by tunecache {header.tool}; policy {policy}"
+    )
+    workers = workers if header.entries >= WORKER_FROM else 0
+    with closing(Staging(cache.path.parent)) as staging, closing(Checker(workers)) as checker:
+        stager = _Stager(staging, checker, kind, header.entries)
+        stager.progress = progress
+        stager.run(export.entries, other=other)
+        with cache.transaction(write=True) as tx:
+            applier = _Applier(tx, kind, policy, notes, aside)
+            done = 0
+            for chunk in staging.chunks():
+                if progress is not None:
+                    progress("write", done, staging.count)
+                applier.chunk(chunk)
+                done += len(chunk)
+            if progress is not None:
+                progress("write", done, staging.count)
+    return ImportReport(
         kind=kind,
         policy=policy,
-        source_device=doc.device.as_dict(),
-        source_fingerprint=doc.device.fingerprint,
-        exported_at=doc.exported_at,
-        tool=doc.tool,
+        source_device=header.device.as_dict(),
+        source_fingerprint=header.device.fingerprint,
+        exported_at=header.exported_at,
+        tool=header.tool,
         other_device=other,
-        run_id=None,
-        origin_device=None,
+        run_id=applier.run_id,
+        origin_device=aside.fingerprint if applier.aside_id is not None else None,
+        actions=tuple(map(EntryAction, applier.keys, applier.checksums, applier.done)),
+        verdicts=applier.verdicts,
     )
-    with cache.transaction(write=True) as tx:
-        device_id = tx.device_id()
-        local = [] if device_id is None else read_entries(tx.conn, device_id)
-        plan = _plan(incoming, {e.ident: (i, e) for i, e in local}, policy)
-        if not plan.local and not plan.aside:
-            return replace(report, actions=tuple(plan.actions))
-        notes = (
-            f"{kind} from {source}: device {doc.device.dirname} {doc.device.client} "
-            f"{doc.device.client_version} ({doc.device.fingerprint}), exported "
-            f"{iso(doc.exported_at)} by tunecache {doc.tool}; policy {policy}"
-        )
-        run_id = tx.start_run(kind, notes, status="finished")
-        writer = _Writer(tx.conn, run_id)
-        own = tx.device_row()
-        total = len(plan.local) + len(plan.aside)
-        for done, (entry, replaces) in enumerate(plan.local):
-            if progress is not None and done % 256 == 0:
-                progress(kind, done, total)
-            writer.write(own, entry, replaces)
-        aside_id = rows.device_row(tx.conn, aside_device) if plan.aside else None
-        for entry in plan.aside:
-            assert aside_id is not None
-            writer.write(aside_id, entry, None)
-        if progress is not None:
-            progress(kind, total, total)
-    return replace(
-        report,
-        run_id=run_id,
-        origin_device=aside_device.fingerprint if plan.aside else None,
-        actions=tuple(plan.actions),
-        verdicts=writer.verdicts,
+
+
+def _open(
+    data: bytes | BinaryIO, max_size: int | None, max_depth: int, max_items: int | None
+) -> Export:
+    """Start reading an export's bytes or binary stream, its records left to be checked."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        size = data.nbytes if isinstance(data, memoryview) else len(data)
+        if max_size is not None and size > max_size:
+            raise fail(f"{size} bytes exceed the limit of {max_size}")
+        data = io.BytesIO(data)
+    elif not callable(getattr(data, "read", None)):
+        raise fail(f"expected bytes or a binary stream, got {type(data).__name__}")
+    return read_export(
+        data, max_size=max_size, max_depth=max_depth, max_items=max_items, records=False
     )

@@ -1,19 +1,21 @@
-"""Merge another cache, or an export's bytes, into a cache: importing the other cache's export."""
+"""Merge another cache, or an export, into a cache: importing the other cache's export, read
+as it is made (the other cache's items go straight to the reader, never to bytes in memory)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy import exc
 
 from tunecache.cache import Cache, Progress
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError, StoreError, TunecacheError
-from tunecache.exchange.export import export_cache
+from tunecache.exchange.export import export_items
 from tunecache.exchange.importer import import_cache
 from tunecache.exchange.reports import ImportReport
+from tunecache.exchange.stream import Export, Reader
 from tunecache.store import migrate, queries
 from tunecache.store.engine import make_engine, transaction
 
@@ -22,34 +24,39 @@ __all__ = ["merge", "open_source"]
 
 def merge(
     cache: Cache,
-    source: Cache | bytes,
+    source: Cache | bytes | BinaryIO,
     *,
     policy: str = "local",
     allow_other_device: bool = False,
     origin: str | None = None,
     progress: Progress | None = None,
+    workers: int = 0,
 ) -> ImportReport:
-    """Merge another cache, or an export's bytes, into this cache under a conflict policy.
+    """Merge another cache, or an export (its bytes, or a binary stream of it), into this
+    cache under a conflict policy.
 
     Merging a cache is importing its export: the same checks, the same all-or-nothing
-    transaction, the same report.
+    transaction, the same report; the export is read item by item as the other cache gives
+    it, in one snapshot of it. `workers` is `import_cache`'s.
     """
+    settings: dict[str, Any] = {
+        "policy": policy,
+        "allow_other_device": allow_other_device,
+        "kind": "merge",
+        "progress": progress,
+        "workers": workers,
+    }
     if isinstance(source, Cache):
         if source.path.resolve() == cache.path.resolve():
             raise BadArgumentError(f"cannot merge {cache.path} into itself")
-        origin = origin or str(source.path)
-        data = export_cache(source, progress=progress)
-    else:
-        data = source
-    return import_cache(
-        cache,
-        data,
-        allow_other_device=allow_other_device,
-        policy=policy,
-        origin=origin,
-        kind="merge",
-        progress=progress,
-    )
+        items = export_items(source)
+        try:
+            reader = Reader(items)
+            export = Export(reader.header, reader.entries(records=False))
+            return import_cache(cache, export, origin=origin or str(source.path), **settings)
+        finally:
+            items.close()  # ends the read transaction on the source, if a refusal left it open
+    return import_cache(cache, source, origin=origin, **settings)
 
 
 def open_source(path: str | Path, prefer: Device) -> Cache:

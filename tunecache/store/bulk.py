@@ -17,7 +17,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, literal_column, select, update
 
 from tunecache import codec
 from tunecache.keys import Key
@@ -33,6 +33,7 @@ __all__ = [
     "VerdictWrite",
     "Written",
     "dims_text",
+    "entries_of_keys",
     "insert_records",
     "record_row",
     "write_entries",
@@ -474,3 +475,33 @@ def _write_verdicts(conn: Connection, slots: Sequence[_Slot], now: datetime) -> 
     _UPDATE_VERDICT_CREATED.run(
         conn, [(*_verdict_values(v), v.created_at, m, e) for m, e, v in replaced if v.created_at]
     )
+
+
+# --- entries by key, with their records (export and import) ------------------------------------
+
+# "+ 0" keeps the device's indexes from serving its condition, so that SQLite finds the keys'
+# few entries by the keys' index instead of walking all of the device's (see
+# queries.EntryFilter); a literal, so that the statement's only parameters are named ones.
+_ENTRIES_OF_KEYS = Lookup(
+    queries.entry_select(records=True).where(
+        _E.c.device_id + literal_column("0") == bindparam("w_device")
+    ),
+    _K.c.text,
+    ("w_device",),
+)
+
+
+def entries_of_keys(
+    conn: Connection, device: int, keys: Sequence[str]
+) -> list[queries.StoredEntry]:
+    """The entries of the device row `device` for these key texts, with their timing records,
+    in (key, checksum) order: what an export writes and an import compares, a chunk of keys
+    at a time, through prepared statements (SQLAlchemy's own execution of the same query
+    takes twice as long, a fifth of an export's time)."""
+    found = []
+    for row in _ENTRIES_OF_KEYS.rows(conn, keys, device):
+        data, samples = row[-2:]
+        values = (*row[:-2], None if data is None else bytes(data), samples or 0)
+        found.append(queries.StoredEntry(*values))
+    found.sort(key=lambda e: (e.key, e.checksum))
+    return found

@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Select,
     Table,
     exists,
     func,
@@ -40,6 +41,8 @@ __all__ = [
     "entries",
     "entry_at",
     "entry_owned",
+    "entry_select",
+    "keys_after",
     "models",
     "record_data",
     "run",
@@ -190,31 +193,7 @@ def entries(
     `order` is "recent" (last updated first) or "key" (key text, then checksum). `records` adds
     each entry's timing-record bytes and sample count.
     """
-    columns = [
-        _E.c.id,
-        _K.c.text,
-        _K.c.signature,
-        _K.c.dims,
-        _S.c.id.label("set_id"),
-        _S.c.checksum,
-        _E.c.choice,
-        _E.c.heuristic,
-        _E.c.status,
-        _E.c.speedup,
-        _E.c.run_id,
-        _E.c.created_at,
-        _E.c.updated_at,
-    ]
-    if records:
-        columns += [_T.c.data, _T.c.samples_count]
-    query = (
-        select(*columns)
-        .join(_K, _K.c.id == _E.c.key_id)
-        .join(_S, _S.c.id == _E.c.candidate_set_id)
-        .where(*where.clauses(device))
-    )
-    if records:
-        query = query.outerjoin(_T, _T.c.entry_id == _E.c.id)
+    query = entry_select(records=records).where(*where.clauses(device))
     if order == "recent":
         query = query.order_by(_E.c.updated_at.desc(), _E.c.id.desc())
     else:
@@ -316,9 +295,11 @@ def verdicts(
     entry_id: int | None = None,
     model: str | None = None,
     fingerprint: str | None = None,
+    keys: Sequence[str] | None = None,
     order: Literal["entry", "updated"] = "entry",
 ) -> list[StoredVerdict]:
-    """The verdicts on a device's entries, filtered as asked.
+    """The verdicts on a device's entries, filtered as asked (`keys`: on the entries of these
+    key texts, at most CHUNK of them).
 
     `order` is "entry" (entry id, then model name and fingerprint) or "updated" (oldest
     first, so a dict built from them keeps each key's latest verdict).
@@ -326,6 +307,9 @@ def verdicts(
     if device is None:
         return []
     where: list[ColumnElement[bool]] = [_E.c.device_id == device]
+    if keys is not None:
+        # A few entries found by their keys' index, not all the device's (see EntryFilter).
+        where = [_E.c.device_id + 0 == device, _K.c.text.in_(keys)]
     if entry_id is not None:
         where.append(_V.c.entry_id == entry_id)
     if model is not None:
@@ -350,6 +334,8 @@ def verdicts(
         .join(_E, _E.c.id == _V.c.entry_id)
         .where(*where)
     )
+    if keys is not None:
+        query = query.join(_K, _K.c.id == _E.c.key_id)
     if order == "entry":
         query = query.order_by(_V.c.entry_id, _M.c.name, _M.c.fingerprint)
     else:
@@ -397,3 +383,46 @@ def runs_noted(conn: Connection, device: int | None, notes: str, status: str) ->
         .order_by(_R.c.id)
     )
     return [int(row.id) for row in rows]
+
+
+# --- a device's entries a chunk of keys at a time (export, import) -------------------------------
+
+
+def entry_select(*, records: bool = False) -> Select[Any]:
+    """The query of entry rows with their keys and candidate sets, as StoredEntry holds them
+    (with `records`, each one's timing-record bytes and sample count too), to add a WHERE
+    clause and an order to."""
+    columns: list[ColumnElement[Any]] = [
+        _E.c.id,
+        _K.c.text,
+        _K.c.signature,
+        _K.c.dims,
+        _S.c.id.label("set_id"),
+        _S.c.checksum,
+        _E.c.choice,
+        _E.c.heuristic,
+        _E.c.status,
+        _E.c.speedup,
+        _E.c.run_id,
+        _E.c.created_at,
+        _E.c.updated_at,
+    ]
+    if records:
+        columns += [_T.c.data, _T.c.samples_count]
+    query = (
+        select(*columns).join(_K, _K.c.id == _E.c.key_id).join(_S, _S.c.id == _E.c.candidate_set_id)
+    )
+    if records:
+        query = query.outerjoin(_T, _T.c.entry_id == _E.c.id)
+    return query
+
+
+def keys_after(conn: Connection, device: int, after: str | None, limit: int) -> list[str]:
+    """Up to `limit` texts of the keys the device row `device` has entries of, in text order,
+    after `after` (from the first if None): a walk of the device's keys a chunk at a time,
+    along the keys' own index."""
+    has = exists().where(_E.c.key_id == _K.c.id, _E.c.device_id == device)
+    query = select(_K.c.text).where(has).order_by(_K.c.text).limit(limit)
+    if after is not None:
+        query = query.where(_K.c.text > after)
+    return [str(text) for text in conn.execute(query).scalars().all()]

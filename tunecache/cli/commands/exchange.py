@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 from tunecache.cli import render
 from tunecache.cli.device import open_cache
@@ -17,31 +19,17 @@ from tunecache.errors import BadArgumentError
 
 __all__ = ["cmd_export", "cmd_import", "cmd_merge"]
 
-
-def _read_input(path: str, limit: int) -> bytes:
-    """The bytes of a file (or stdin for '-'), refusing more than `limit` without reading it all."""
-    from tunecache.errors import CodecError
-
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read(limit + 1)
-    except OSError as error:
-        raise BadArgumentError(f"cannot read {path}: {error.strerror or error}") from error
-    if len(data) > limit:
-        raise CodecError(f"export file: {path} is larger than the limit of {limit} bytes")
-    return data
+_T = TypeVar("_T")
 
 
-def _write_output(path: str, data: bytes) -> None:
-    """Write a file whole or not at all: a crash or a full disk never leaves half an export."""
+def _write_output(path: str, write: Callable[[BinaryIO], _T]) -> _T:
+    """Write a file whole or not at all, through `write` on a temporary file beside it that is
+    renamed into place at the end: a crash or a full disk never leaves half an export."""
     target = Path(path)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         with open(temp, "wb") as fh:
-            fh.write(data)
+            done = write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(temp, target)
@@ -52,6 +40,7 @@ def _write_output(path: str, data: bytes) -> None:
         if isinstance(error, OSError):
             raise BadArgumentError(f"cannot write {path}: {error.strerror or error}") from error
         raise
+    return done
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -64,26 +53,60 @@ def cmd_export(args: argparse.Namespace) -> int:
     if to_stdout and args.json:
         raise UsageError("--json prints a summary; it needs -o FILE for the export itself")
     with open_cache(args) as cache, render.progress(args) as progress:
-        count = cache.count()
-        data = exchange.export_cache(cache, progress=progress)
         device = cache.device
-    if to_stdout:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return 0
-    _write_output(args.output, data)
+        if to_stdout:
+            # Written as it is made: a failure midway leaves a stream without its end item,
+            # which an import refuses.
+            exchange.export_to(cache, sys.stdout.buffer, progress=progress)
+            sys.stdout.buffer.flush()
+            return 0
+        done = _write_output(
+            args.output, lambda fh: exchange.export_to(cache, fh, progress=progress)
+        )
     summary = {
         "path": str(Path(args.output).absolute()),
-        "bytes": len(data),
-        "entries": count,
+        "bytes": done.bytes,
+        "entries": done.entries,
         "format_version": exchange.FORMAT_VERSION,
         "fingerprint": device.fingerprint,
     }
     if args.json:
         render.print_json(summary)
     else:
-        render.console().print(f"exported {count} entries ({len(data)} bytes) to {summary['path']}")
+        render.console().print(
+            f"exported {done.entries} entries ({done.bytes} bytes) to {summary['path']}"
+        )
     return 0
+
+
+@contextlib.contextmanager
+def _importing() -> Iterator[int]:
+    """What an import or a merge runs with: the number of worker processes that check timing
+    records beside this one (one, on a machine with more than one CPU to use), and a garbage
+    collector that leaves alone what was alive before (the modules this process imported),
+    which it would otherwise walk again and again among the millions of objects an import of
+    a large export makes and drops."""
+    from tunecache.identity import usable_cpus
+
+    gc.freeze()
+    try:
+        yield 1 if usable_cpus() > 1 else 0
+    finally:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _input(path: str) -> Iterator[BinaryIO]:
+    """The export to read, as a binary stream: a file, or stdin for '-'."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (closed below, after the import has read it)
+    except OSError as error:
+        raise BadArgumentError(f"cannot read {path}: {error.strerror or error}") from error
+    with fh:
+        yield fh
 
 
 def _print_import(report: Any) -> None:
@@ -116,16 +139,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     --allow-other-device, its entries then unvalidated."""
     from tunecache import exchange
 
-    data = _read_input(args.file, exchange.MAX_SIZE)
-    with open_cache(args) as cache, render.progress(args) as progress:
+    with (
+        _importing() as workers,
+        _input(args.file) as stream,
+        open_cache(args) as cache,
+        render.progress(args) as progress,
+    ):
         report = exchange.import_cache(
             cache,
-            data,
+            stream,
             **option_values(args, EXCHANGE),
             # A file by its absolute path, as merge names it; standard input by the export's own
             # time, so two different exports piped in never share an origin.
             origin=None if args.file == "-" else str(Path(args.file).absolute()),
             progress=progress,
+            workers=workers,
         )
     render.emit(args, report, _print_import)
     return 0
@@ -143,13 +171,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
         header = exchange.SQLITE_HEADER
         is_database = fh.read(len(header)) == header
     settings = option_values(args, EXCHANGE)
-    with open_cache(args) as cache, render.progress(args) as progress:
+    with (
+        _importing() as workers,
+        open_cache(args) as cache,
+        render.progress(args) as progress,
+    ):
+        settings.update(progress=progress, workers=workers)
         if is_database:
             with exchange.open_source(source, cache.device) as other:
-                report = exchange.merge(cache, other, **settings, progress=progress)
+                report = exchange.merge(cache, other, **settings)
         else:
-            data = _read_input(str(source), exchange.MAX_SIZE)
-            origin = str(source.absolute())
-            report = exchange.merge(cache, data, **settings, origin=origin, progress=progress)
+            with _input(str(source)) as stream:
+                report = exchange.merge(cache, stream, **settings, origin=str(source.absolute()))
     render.emit(args, report, _print_import)
     return 0
