@@ -76,7 +76,8 @@ class Timed:
     first_row_s: float | None = None
 
 
-def _env(root: Path) -> dict[str, str]:
+def env_for(root: Path) -> dict[str, str]:
+    """The environment of a command run on the cache under `root`, bytecode as installed."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["TUNECACHE_DIR"] = str(root)
     env.pop("COLUMNS", None)
@@ -154,7 +155,7 @@ with tunecache.open() as cache:
             for i in range(start, min(start + 10_000, {entries}))
         ])
 """
-    subprocess.run([sys.executable, "-c", code], check=True, env=_env(root))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env_for(root))
 
 
 def wheel_install(work: Path) -> Code:
@@ -192,7 +193,7 @@ def interleaved(cases: dict[str, Callable[[], Timed]], rounds: int) -> dict[str,
 
 def quick_cases(code: Code, small: Path, scratch: Path) -> dict[str, Callable[[], Timed]]:
     """The 1k cases of one way to run the command, with its interpreter's baseline."""
-    env = _env(small)
+    env = env_for(small)
     out = scratch / f"{code.name}.out"
     return {
         f"{code.name}: python -c 'import sqlite3'": lambda: run(
@@ -268,10 +269,10 @@ def main() -> None:
             code = codes[0]
             cases = {
                 f"list on a terminal ({args.huge // 1000}k)": lambda: run_on_terminal(
-                    [*code.argv, "list"], _env(huge)
+                    [*code.argv, "list"], env_for(huge)
                 ),
                 f"where ({args.huge // 1000}k)": lambda: run(
-                    [*code.argv, "where"], _env(huge), work / "huge.out"
+                    [*code.argv, "where"], env_for(huge), work / "huge.out"
                 ),
             }
             print_heavy(interleaved(cases, args.heavy_rounds))
@@ -283,14 +284,16 @@ def heavy(code: Code, small: Path, large: Path, work: Path, args: argparse.Names
     size = f"{args.entries // 1000}k"
     cases = {
         f"list --json ({size}, to a file)": lambda: run(
-            [*code.argv, "list", "--json"], _env(large), out
+            [*code.argv, "list", "--json"], env_for(large), out
         ),
-        f"list ({size}, to a file)": lambda: run([*code.argv, "list"], _env(large), out),
+        f"list ({size}, to a file)": lambda: run([*code.argv, "list"], env_for(large), out),
         f"prune --dry-run --unvalidated ({size}, to a file)": lambda: run(
-            [*code.argv, "prune", "--dry-run", "--unvalidated"], _env(large), out
+            [*code.argv, "prune", "--dry-run", "--unvalidated"], env_for(large), out
         ),
-        "list on a terminal (1k)": lambda: run_on_terminal([*code.argv, "list"], _env(small)),
-        f"list on a terminal ({size})": lambda: run_on_terminal([*code.argv, "list"], _env(large)),
+        "list on a terminal (1k)": lambda: run_on_terminal([*code.argv, "list"], env_for(small)),
+        f"list on a terminal ({size})": lambda: run_on_terminal(
+            [*code.argv, "list"], env_for(large)
+        ),
     }
     print(f"\n{size} entries ({code.name}), {args.heavy_rounds} rounds, interleaved:")
     print_heavy(interleaved(cases, args.heavy_rounds))

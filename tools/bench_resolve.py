@@ -430,7 +430,7 @@ def _child_env(root: Path) -> dict[str, str]:
     return env
 
 
-def _first_miss(root: Path, path: Path, entries: int, runs: int, memory: bool) -> Any:
+def first_miss(root: Path, path: Path, entries: int, runs: int, memory: bool) -> Any:
     """The first nearest miss and the plain load, each in fresh interpreters, alternately:
     the median seconds of each; with `memory`, the medians of (peak RSS added, RSS kept,
     tracemalloc peak) of ours and of (peak RSS added, RSS kept) of the plain load."""
@@ -478,7 +478,7 @@ def _first_miss(root: Path, path: Path, entries: int, runs: int, memory: bool) -
 
 
 def bench_first_miss(root: Path, path: Path, entries: int, runs: int) -> bool:
-    ours, plain, _, _ = _first_miss(root, path, entries, runs, memory=False)
+    ours, plain, _, _ = first_miss(root, path, entries, runs, memory=False)
     ratio = ours / plain
     print(f"first nearest miss of a fresh process, {entries:,}-entry signature")
     _line("first resolve of an unseen shape", f"{ours * 1e3:.0f} ms", "", True)
@@ -493,7 +493,7 @@ def bench_fleet(entries: int, runs: int, verdicts: bool) -> bool:
         t = time.perf_counter()
         path, _ = build(root, entries, verdicts)
         print(f"\nfleet size: built {entries:,} entries in {time.perf_counter() - t:.1f} s")
-        ours, plain, (grew, kept, traced), (plain_grew, plain_kept) = _first_miss(
+        ours, plain, (grew, kept, traced), (plain_grew, plain_kept) = first_miss(
             root, path, entries, runs, memory=True
         )
     mb = 2**20

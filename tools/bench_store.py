@@ -1,21 +1,29 @@
 """The store's speed targets (issue 15), each measured side by side with its reference in one run.
 
     python tools/bench_store.py            # full size
-    python tools/bench_store.py --quick    # a smoke run: small sizes, one repeat
+    python tools/bench_store.py --quick    # a smoke run: small sizes, one repeat, the same targets
 
 Each target is one function of SECTIONS: it takes the scratch folder and the options, measures,
 prints what it saw, and returns its Results (a figure, its target, met or not). The table of
 every Result is printed at the end; the exit status is 1 if any target was not met. Figures on
 a shared machine swing by about 10%: compare the ratios, measured in the same run, and repeat.
 
-Sections so far: put_many against raw sqlite3 executemany of the same rows; one put; several
-processes writing batches at once. Import, export, doctor and list add theirs as more functions.
+Sections: put_many against raw sqlite3 executemany of the same rows; one put; several processes
+writing batches at once; `tunecache export` and `import` of N entries (100,000) as whole
+processes, import beside raw sqlite3 executemany of the same rows, with the peak memory of the
+import and of its checking worker; `doctor` of that cache; the read commands as a user starts
+them (tools/bench_cli.py's cases: `where` and `list` of 1,000 entries against
+`python -c 'import sqlite3'`, `list --json` of N to a file, the first row of `list` on a
+terminal); and the resolver's first nearest miss of a fresh process (tools/bench_resolve.py's:
+N entries of one signature beside a plain sqlite3 + numpy load, then 1,000,000 entries alone).
+tools/bench_cli.py, tools/bench_maintain.py and tools/bench_resolve.py print more of each.
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,11 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_cli
+import bench_resolve
 
 from tests.reliability import batches, harness
 from tunecache.cache import Cache, NewEntry
 from tunecache.candidates import checksum
 from tunecache.codec import encode
+from tunecache.device import Device
 from tunecache.keys import make_key
 from tunecache.store.models import utcnow
 
@@ -45,6 +58,10 @@ class Options:
     puts: int
     #: how many times each side of a comparison runs (the best run of each counts)
     repeat: int
+    #: entries of the cache that export, import, doctor and list --json run on
+    fleet: int
+    #: entries of the resolver's fleet-size first miss (0: skipped)
+    huge: int
 
 
 @dataclass(frozen=True)
@@ -315,8 +332,252 @@ def bench_writers(scratch: Path, options: Options) -> list[Result]:
     ]
 
 
+# --- export, import and doctor of a fleet's cache --------------------------------------------
+
+
+#: the device of the fleet's cache: harness.DEVICE's, with a CPU name the command line keeps as
+#: it is (it drops a "cpu" word from a model name, as from "Intel(R) Xeon(R) CPU")
+FLEET = Device(
+    cpu="bench-9000", threads=4, accelerator=None, client="tunecache", client_version="0.1.0"
+)
+
+
+def _flags(db: Path) -> list[str]:
+    """The command line's options naming FLEET's cache at `db`."""
+    device = FLEET
+    return [
+        *("--db", str(db), "--cpu", device.cpu, "--threads", str(device.threads)),
+        *("--client", device.client or "", "--client-version", device.client_version or ""),
+    ]
+
+
+def _tunecache() -> str:
+    return str(Path(sys.executable).with_name("tunecache"))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A process's time and the peak resident memory of it and of each of its children."""
+
+    seconds: float
+    peaks_mib: tuple[float, ...]
+
+
+def _peak(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def run_tree(argv: Sequence[str], out: Path) -> Tree:
+    """Run `argv` with its output in `out`; the peak RSS of the process and of every child it
+    starts (the import's checking worker), read from their VmHWM every 20 ms while they live."""
+    env = bench_cli.env_for(out.parent)
+    peaks: dict[int, float] = {}
+    with open(out, "wb") as sink, open(out.with_suffix(".err"), "wb") as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(list(argv), stdout=sink, stderr=err, env=env)
+        while child.poll() is None:
+            for pid in [child.pid, *_children(child.pid)]:
+                seen = _peak(pid)
+                if seen is not None:
+                    peaks[pid] = max(peaks.get(pid, 0.0), seen)
+            time.sleep(0.02)
+        seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        said = out.with_suffix(".err").read_text()[-500:]
+        raise SystemExit(f"{' '.join(argv)} exited {child.returncode}: {said}")
+    main_peak = peaks.pop(child.pid, 0.0)
+    return Tree(seconds, (main_peak, *peaks.values()))
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
+def bench_exchange(scratch: Path, options: Options) -> list[Result]:
+    """`tunecache export` and `import` of N entries with 4 x 10-sample records, each a whole
+    process; the import into a fresh cache beside raw sqlite3 executemany of the same rows,
+    alternately, best of each; then `doctor` of the source cache."""
+    n = options.fleet
+    batch = entries(n, "fleet")
+    source = scratch / "fleet-source.db"
+    harness.new_cache(source)
+    with Cache.open(device=FLEET, path=source) as cache:
+        for start in range(0, n, 10_000):
+            cache.put_many(batch[start : start + 10_000])
+    document = scratch / "fleet.cbor"
+    exports: list[Tree] = []
+    imports: list[Tree] = []
+    raw: list[float] = []
+    doctors: list[Tree] = []
+    for run in range(options.repeat):
+        document.unlink(missing_ok=True)
+        argv = [_tunecache(), "export", *_flags(source), "-o", str(document)]
+        exports.append(run_tree(argv, scratch / "export.out"))
+        target = scratch / f"fleet-import-{run}.db"
+        harness.new_cache(target)
+        imports.append(
+            run_tree([_tunecache(), "import", *_flags(target), str(document)], scratch / "i.out")
+        )
+        reference = scratch / f"fleet-raw-{run}.db"
+        harness.new_cache(reference)
+        start = time.perf_counter()
+        raw_executemany(reference, batch)
+        raw.append(time.perf_counter() - start)
+        doctors.append(run_tree([_tunecache(), "doctor", *_flags(source)], scratch / "d.out"))
+    same = _content(source) == _content(scratch / "fleet-import-0.db")
+    for run in range(options.repeat):
+        harness.remove_database(scratch / f"fleet-import-{run}.db")
+        harness.remove_database(scratch / f"fleet-raw-{run}.db")
+    export_s = min(t.seconds for t in exports)
+    import_s = min(t.seconds for t in imports)
+    raw_s = _best(raw)
+    main_mib = max(t.peaks_mib[0] for t in imports)
+    worker_mib = max((max(t.peaks_mib[1:], default=0.0) for t in imports), default=0.0)
+    both_mib = max(sum(t.peaks_mib) for t in imports)
+    doctor_s = min(t.seconds for t in doctors)
+    size = document.stat().st_size / 2**20
+    print(
+        f"export of {n:,} entries ({size:.1f} MiB): {export_s:.2f} s (runs "
+        f"{_runs([t.seconds for t in exports])}), peak RSS {exports[0].peaks_mib[0]:.0f} MiB"
+    )
+    print(
+        f"import of it into a fresh cache: {import_s:.2f} s (runs "
+        f"{_runs([t.seconds for t in imports])}); raw sqlite3 executemany of the same rows "
+        f"{raw_s:.2f} s (runs {_runs(raw)}); ratio {import_s / raw_s:.2f}; peak RSS "
+        f"{main_mib:.0f} MiB, its checking worker {worker_mib:.0f} MiB, both at once at most "
+        f"{both_mib:.0f} MiB; the same entries stored: {'yes' if same else 'NO'}"
+    )
+    print(f"doctor of {n:,} entries: {doctor_s:.2f} s (runs {_runs([t.seconds for t in doctors])})")
+    return [
+        Result(f"export of {n:,}, s", f"{export_s:.2f}", "<= 2", export_s <= 2),
+        Result(f"import of {n:,}, s", f"{import_s:.2f}", "<= 10", import_s <= 10),
+        Result("import / raw sqlite3 executemany", f"{import_s / raw_s:.2f}x", "(reported)", True),
+        Result(
+            "import peak RSS (with its worker), MiB",
+            f"{both_mib:.0f}",
+            "<= 150",
+            both_mib <= 150,
+        ),
+        Result("import stores the exported entries", "yes" if same else "no", "yes", same),
+        Result(f"doctor of {n:,}, s", f"{doctor_s:.2f}", "<= 2", doctor_s <= 2),
+    ]
+
+
+# --- the read commands, as whole processes ---------------------------------------------------
+
+
+def bench_reads(scratch: Path, options: Options) -> list[Result]:
+    """tools/bench_cli.py's targets, by the `tunecache` script beside this interpreter, with
+    bytecode written as an install has it: where and list on 1,000 entries against
+    `python -c 'import sqlite3'`, list --json of N to a file, list's first row on a terminal."""
+    small, large = scratch / "reads-small", scratch / "reads-large"
+    bench_cli.fill(small, 1000)
+    bench_cli.fill(large, options.fleet)
+    code = bench_cli.Code("dev", sys.executable, (_tunecache(),))
+    rounds = 5 if options.quick else 15
+    quick = bench_cli.interleaved(bench_cli.quick_cases(code, small, scratch), rounds)
+
+    def median(name: str) -> float:
+        return bench_cli.median([t.seconds for t in quick[f"dev: {name}"]])
+
+    base = median("python -c 'import sqlite3'")
+    where, listed = (
+        median("tunecache where") / base,
+        median("tunecache list (1k, to a file)") / base,
+    )
+    out = scratch / "reads.out"
+    heavy = bench_cli.interleaved(
+        {
+            "json": lambda: bench_cli.run(
+                [*code.argv, "list", "--json"], bench_cli.env_for(large), out
+            ),
+            "small": lambda: bench_cli.run_on_terminal(
+                [*code.argv, "list"], bench_cli.env_for(small)
+            ),
+            "large": lambda: bench_cli.run_on_terminal(
+                [*code.argv, "list"], bench_cli.env_for(large)
+            ),
+        },
+        1 if options.quick else 3,
+    )
+    json_s = bench_cli.median([t.seconds for t in heavy["json"]])
+    first = max(
+        bench_cli.median([t.first_row_s or 0.0 for t in heavy[size]]) for size in ("small", "large")
+    )
+    print(
+        f"{rounds} rounds of 1,000 entries: python -c 'import sqlite3' {base * 1e3:.1f} ms; "
+        f"where {where:.2f}x, list {listed:.2f}x (medians); list --json of {options.fleet:,} to a "
+        f"file {json_s:.2f} s, peak RSS {max(t.rss_mib for t in heavy['json']):.0f} MiB; first "
+        f"row on a terminal {first * 1e3:.0f} ms (the slower of 1,000 and {options.fleet:,})"
+    )
+    return [
+        Result("where on 1k / import sqlite3", f"{where:.2f}x", "<= 3x", where <= 3),
+        Result("list on 1k / import sqlite3", f"{listed:.2f}x", "<= 3x", listed <= 3),
+        Result(
+            f"list --json of {options.fleet:,}, s",
+            f"{json_s:.2f}",
+            "<= 3",
+            json_s <= 3,
+        ),
+        Result("list's first row on a terminal, s", f"{first:.3f}", "<= 0.3", first <= 0.3),
+    ]
+
+
+# --- the resolver's first miss -----------------------------------------------------------------
+
+
+def bench_first_miss(scratch: Path, options: Options) -> list[Result]:
+    """tools/bench_resolve.py's first nearest miss of a fresh process: N entries of one
+    signature beside the plain sqlite3 + numpy load, then the fleet-size load alone."""
+    root = scratch / "resolve"
+    path, shapes = bench_resolve.build(root, options.fleet)
+    runs = 3 if options.quick else 9
+    ours, plain, _, _ = bench_resolve.first_miss(root, path, len(shapes), runs, memory=False)
+    print(
+        f"first nearest miss, {len(shapes):,}-entry signature: {ours * 1e3:.0f} ms; plain "
+        f"sqlite3 + numpy load {plain * 1e3:.0f} ms; ratio {ours / plain:.2f}"
+    )
+    results = [
+        Result(
+            "first nearest miss / plain load",
+            f"{ours / plain:.2f}x",
+            "<= 1.2x",
+            ours <= 1.2 * plain,
+        )
+    ]
+    if options.huge:
+        root = scratch / "resolve-huge"
+        path, shapes = bench_resolve.build(root, options.huge)
+        ours, _, (grew, _, _), _ = bench_resolve.first_miss(root, path, len(shapes), 3, memory=True)
+        mb = grew / 2**20
+        print(f"first nearest miss, {len(shapes):,} entries: {ours:.2f} s, {mb:.0f} MB more")
+        results += [
+            Result(f"index load of {len(shapes):,}, s", f"{ours:.2f}", "<= 1.5", ours <= 1.5),
+            Result(f"index load of {len(shapes):,}, MB more", f"{mb:.0f}", "<= 150", mb <= 150),
+        ]
+    return results
+
+
 #: every section, in the order they run
-SECTIONS: list[Section] = [bench_put_many, bench_put, bench_writers]
+SECTIONS: list[Section] = [
+    bench_put_many,
+    bench_put,
+    bench_writers,
+    bench_exchange,
+    bench_reads,
+    bench_first_miss,
+]
 
 
 def _runs(times: Sequence[float]) -> str:
@@ -341,9 +602,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     args = parser.parse_args()
     options = (
-        Options(quick=True, entries=1000, puts=200, repeat=1)
+        Options(quick=True, entries=1000, puts=200, repeat=1, fleet=5000, huge=0)
         if args.quick
-        else Options(quick=False, entries=10_000, puts=2000, repeat=3)
+        else Options(quick=False, entries=10_000, puts=2000, repeat=3, fleet=100_000, huge=10**6)
     )
     warnings.simplefilter("ignore")  # the SQLite defect warning, once per process
     results: list[Result] = []
