@@ -595,3 +595,26 @@ def test_the_item_count_encode_checks_is_the_records_own(record: TimingRecord) -
     assert decode(data, max_items=counted) == record
     with pytest.raises(CodecError, match="more than"):
         decode(data, max_items=counted - 1)
+
+
+@given(st.lists(st.floats(width=64), max_size=12))
+@settings(max_examples=300)
+def test_samples_are_refused_exactly_when_one_is_not_finite_and_non_negative(
+    samples: list[float],
+) -> None:
+    """The check's fast path (a minimum and a sum) and its walk agree with the rule itself,
+    for any mix of NaNs, infinities, negatives, zeros and values near the float limit."""
+    record = TimingRecord(candidates=(CandidateTiming("a", tuple(samples)),))
+    bad = [j for j, x in enumerate(samples) if not (x >= 0.0 and math.isfinite(x))]
+    if not bad:
+        assert decode(encode(record)).candidates[0].samples == tuple(samples)
+        return
+    with pytest.raises(CodecError, match=rf"sample {bad[0]} is "):
+        encode(record)
+
+
+def test_samples_whose_sum_overflows_are_still_accepted() -> None:
+    """Finite samples near the float limit overflow the fast path's sum; the walk accepts them."""
+    big = (1.7e308, 1.7e308)
+    record = TimingRecord(candidates=(CandidateTiming("a", big),))
+    assert decode(encode(record)).candidates[0].samples == big

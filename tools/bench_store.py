@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -355,53 +354,8 @@ def _tunecache() -> str:
     return str(Path(sys.executable).with_name("tunecache"))
 
 
-@dataclass(frozen=True)
-class Tree:
-    """A process's time and the peak resident memory of it and of each of its children."""
-
-    seconds: float
-    peaks_mib: tuple[float, ...]
-
-
-def _peak(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def run_tree(argv: Sequence[str], out: Path) -> Tree:
-    """Run `argv` with its output in `out`; the peak RSS of the process and of every child it
-    starts (the import's checking worker), read from their VmHWM every 20 ms while they live."""
-    env = bench_cli.env_for(out.parent)
-    peaks: dict[int, float] = {}
-    with open(out, "wb") as sink, open(out.with_suffix(".err"), "wb") as err:
-        start = time.perf_counter()
-        child = subprocess.Popen(list(argv), stdout=sink, stderr=err, env=env)
-        while child.poll() is None:
-            for pid in [child.pid, *_children(child.pid)]:
-                seen = _peak(pid)
-                if seen is not None:
-                    peaks[pid] = max(peaks.get(pid, 0.0), seen)
-            time.sleep(0.02)
-        seconds = time.perf_counter() - start
-    if child.returncode != 0:
-        said = out.with_suffix(".err").read_text()[-500:]
-        raise SystemExit(f"{' '.join(argv)} exited {child.returncode}: {said}")
-    main_peak = peaks.pop(child.pid, 0.0)
-    return Tree(seconds, (main_peak, *peaks.values()))
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(p) for p in fh.read().split()]
-    except OSError:
-        return []
+def _run(argv: Sequence[str], out: Path) -> bench_cli.Timed:
+    return bench_cli.run(argv, bench_cli.env_for(out.parent), out)
 
 
 def bench_exchange(scratch: Path, options: Options) -> list[Result]:
@@ -416,25 +370,25 @@ def bench_exchange(scratch: Path, options: Options) -> list[Result]:
         for start in range(0, n, 10_000):
             cache.put_many(batch[start : start + 10_000])
     document = scratch / "fleet.cbor"
-    exports: list[Tree] = []
-    imports: list[Tree] = []
+    exports: list[bench_cli.Timed] = []
+    imports: list[bench_cli.Timed] = []
     raw: list[float] = []
-    doctors: list[Tree] = []
+    doctors: list[bench_cli.Timed] = []
     for run in range(options.repeat):
         document.unlink(missing_ok=True)
         argv = [_tunecache(), "export", *_flags(source), "-o", str(document)]
-        exports.append(run_tree(argv, scratch / "export.out"))
+        exports.append(_run(argv, scratch / "export.out"))
         target = scratch / f"fleet-import-{run}.db"
         harness.new_cache(target)
         imports.append(
-            run_tree([_tunecache(), "import", *_flags(target), str(document)], scratch / "i.out")
+            _run([_tunecache(), "import", *_flags(target), str(document)], scratch / "i.out")
         )
         reference = scratch / f"fleet-raw-{run}.db"
         harness.new_cache(reference)
         start = time.perf_counter()
         raw_executemany(reference, batch)
         raw.append(time.perf_counter() - start)
-        doctors.append(run_tree([_tunecache(), "doctor", *_flags(source)], scratch / "d.out"))
+        doctors.append(_run([_tunecache(), "doctor", *_flags(source)], scratch / "d.out"))
     same = _content(source) == _content(scratch / "fleet-import-0.db")
     for run in range(options.repeat):
         harness.remove_database(scratch / f"fleet-import-{run}.db")
@@ -442,14 +396,14 @@ def bench_exchange(scratch: Path, options: Options) -> list[Result]:
     export_s = min(t.seconds for t in exports)
     import_s = min(t.seconds for t in imports)
     raw_s = _best(raw)
-    main_mib = max(t.peaks_mib[0] for t in imports)
-    worker_mib = max((max(t.peaks_mib[1:], default=0.0) for t in imports), default=0.0)
-    both_mib = max(sum(t.peaks_mib) for t in imports)
+    main_mib = max(t.rss_mib for t in imports)
+    worker_mib = max(max(t.children_mib, default=0.0) for t in imports)
+    both_mib = max(t.rss_mib + sum(t.children_mib) for t in imports)
     doctor_s = min(t.seconds for t in doctors)
     size = document.stat().st_size / 2**20
     print(
         f"export of {n:,} entries ({size:.1f} MiB): {export_s:.2f} s (runs "
-        f"{_runs([t.seconds for t in exports])}), peak RSS {exports[0].peaks_mib[0]:.0f} MiB"
+        f"{_runs([t.seconds for t in exports])}), peak RSS {exports[0].rss_mib:.0f} MiB"
     )
     print(
         f"import of it into a fresh cache: {import_s:.2f} s (runs "
@@ -600,6 +554,12 @@ def table(results: Sequence[Result]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[s.__name__.removeprefix("bench_") for s in SECTIONS],
+        help="run this section only (may be given more than once)",
+    )
     args = parser.parse_args()
     options = (
         Options(quick=True, entries=1000, puts=200, repeat=1, fleet=5000, huge=0)
@@ -610,6 +570,8 @@ def main() -> int:
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         for section in SECTIONS:
+            if args.only and section.__name__.removeprefix("bench_") not in args.only:
+                continue
             print(f"== {section.__name__}")
             results += section(Path(tmp), options)
     print()

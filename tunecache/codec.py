@@ -281,6 +281,11 @@ def _unpack(raw: object, where: object) -> tuple[float, ...]:
 
 def _check_samples(samples: array[float], where: object) -> None:
     """Refuse samples that are not finite and >= 0."""
+    # Two calls in C settle the common case: a NaN makes the sum NaN, an infinity makes it
+    # infinite, a negative sample makes the minimum negative. Only a refusal, or a sum that
+    # overflows, walks the samples to name the first bad one.
+    if samples and min(samples) >= 0.0 and sum(samples) <= _FLOAT_MAX:
+        return
     for j, x in enumerate(samples):
         # One chained comparison rejects NaN (it compares false), infinities and negatives.
         if not 0.0 <= x <= _FLOAT_MAX:
