@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -134,8 +135,12 @@ def test_the_read_commands_load_neither_sqlalchemy_nor_alembic() -> None:
 
 
 def test_a_read_command_opens_a_cache_that_is_not_ready_through_the_store(tmp_path: Path) -> None:
-    # No database yet: `where` creates it, as it always has, and that is the store's job.
-    db = tmp_path / "new.db"
+    # An older revision: `where` upgrades it through the store, which is the store's job; from
+    # then on it reads without the store. Where no database is, it creates none (the store
+    # never loads) and says the cache is not created yet.
+    db = tmp_path / "old.db"
+    shutil.copy(ROOT / "tests" / "golden" / "rev0003.db", db)
     assert "alembic" in {m.split(".")[0] for m in _command_modules(["where", "--db", str(db)])}
-    assert db.is_file()
     assert _store_modules(_command_modules(["where", "--db", str(db)])) == set()
+    assert _store_modules(_command_modules(["where"])) == set()
+    assert not (tmp_path / "cache-root").exists()

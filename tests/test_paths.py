@@ -73,3 +73,36 @@ def test_a_misspelt_option_is_a_type_error_that_names_the_function() -> None:
         tunecache.detect(thread=2)
     # The options are still there for a type checker, and for introspection at run time.
     assert "location" in typing.get_type_hints(tunecache.Cache.open)
+
+
+def test_a_sqlite_uri_is_built_from_the_path_bytes(tmp_path: Path) -> None:
+    import os
+    import sqlite3
+
+    name = tmp_path / os.fsdecode(b"odd_\xff ?#%.db")
+    uri = paths.sqlite_uri(name, mode="rwc")
+    assert uri.startswith("file:/") and uri.endswith("/odd_%FF%20%3F%23%25.db?mode=rwc")
+    assert paths.sqlite_uri("rel.db") == paths.sqlite_uri(Path.cwd() / "rel.db")
+    sqlite3.connect(uri, uri=True).close()  # SQLite turns the escapes back into the bytes
+    assert os.listdir(tmp_path) == [os.fsdecode(b"odd_\xff ?#%.db")]
+
+
+def test_display_is_utf8_text_whatever_the_bytes() -> None:
+    import os
+
+    assert paths.display("/tmp/plain/é.cbor") == "/tmp/plain/é.cbor"
+    shown = paths.display(os.fsdecode(b"/tmp/x_\xff"))
+    assert shown == "/tmp/x_\\xff" and shown.encode("utf-8")
+
+
+def test_kind_of_names_every_kind_of_file(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_bytes(b"")
+    assert paths.kind_of(os.stat(tmp_path / "fifo").st_mode) == "a FIFO"
+    assert paths.kind_of(os.stat(tmp_path / "file").st_mode) == "a regular file"
+    assert paths.kind_of(os.stat(tmp_path).st_mode) == "a folder"
+    assert paths.kind_of(stat.S_IFCHR) == "a character device"
+    assert paths.kind_of(stat.S_IFSOCK) == "a socket"

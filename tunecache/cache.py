@@ -29,7 +29,7 @@ from tunecache.errors import (
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
-from tunecache.store import bulk, health, migrate, quarantine, queries, rows
+from tunecache.store import bulk, filesystems, health, migrate, quarantine, queries, rows
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
@@ -131,6 +131,8 @@ class Cache:
         fields, db = paths.locate(**location)
         device = location.get("device") or Device(*fields)
         busy_timeout = check_timeout(busy_timeout)
+        # A folder, FIFO or device where the database should be is refused, never opened.
+        filesystems.database_stat(db)
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:

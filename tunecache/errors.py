@@ -10,9 +10,11 @@ if TYPE_CHECKING:
 __all__ = [
     "BadArgumentError",
     "BadKeyError",
+    "BadOutputError",
     "BadRecordError",
     "CodecError",
     "DeviceMismatchError",
+    "NoCacheError",
     "NotFoundError",
     "ReadOnlyStoreError",
     "SchemaTooNewError",
@@ -36,6 +38,18 @@ class BadArgumentError(TunecacheError, ValueError):
     """An argument out of its range: a thread count, a timeout, a device field, a root."""
 
     exit_code = 2
+
+
+class NoCacheError(BadArgumentError):
+    """A command that only reads was pointed where no cache is; it creates none (exit status 2,
+    as for any missing file)."""
+
+
+class BadOutputError(BadArgumentError):
+    """An output path tunecache will not write to: not a regular file (a device, a FIFO, a
+    socket, a folder). Refused before anything is opened; the command line's usage status."""
+
+    exit_code = 64
 
 
 class BadKeyError(TunecacheError, ValueError):

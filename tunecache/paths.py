@@ -3,11 +3,17 @@
 `<root>` is platformdirs' user cache folder of the client application, unless the `TUNECACHE_DIR`
 environment variable or an explicit argument names another. `<version>` is the client library's
 version, so an upgrade starts a fresh cache and the old one can be pruned whole.
+
+A path is bytes to the operating system and may not be UTF-8 (`TUNECACHE_DIR=$'/tmp/x_\\xff'`);
+Python holds such a name as text with surrogate escapes. Whatever reaches SQLite as a URI goes
+through `sqlite_uri`, built from the path's bytes, so such a name works wherever another does.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Unpack
@@ -29,8 +35,11 @@ __all__ = [
     "database_path",
     "database_path_of",
     "device_dir",
+    "display",
     "explicit_path",
+    "kind_of",
     "locate",
+    "sqlite_uri",
     "version_dir",
 ]
 
@@ -93,6 +102,42 @@ def explicit_path(path: str | os.PathLike[str]) -> Path:
     if not str(path):
         raise BadArgumentError("the database path must not be empty")
     return Path(path).absolute()
+
+
+def display(path: str | os.PathLike[str]) -> str:
+    """`path` as text that is valid UTF-8 whatever its bytes, to store or hash: each byte that
+    is not UTF-8 becomes a `\\xNN` escape, and a UTF-8 name is its own text, unchanged."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISLNK, "a symlink"),
+)
+
+
+def kind_of(mode: int) -> str:
+    """What a file of this `st_mode` is, in words for a message: "a regular file", "a FIFO",
+    "a character device", "a folder"..."""
+    return next((name for test, name in _KINDS if test(mode)), "a file of no known kind")
+
+
+def sqlite_uri(path: str | os.PathLike[str], **query: str) -> str:
+    """The SQLite URI filename of `path` (made absolute), with `query` as its parameters
+    (`mode="ro"`, `immutable="1"`).
+
+    Every byte of the path that is not a letter, digit or one of `/_.-~` is percent-encoded
+    from `os.fsencode`, so `?`, `#` and `%` in a name stay part of it, and a name that is not
+    UTF-8 reaches SQLite as the bytes it is (SQLite decodes the escapes into bytes).
+    """
+    name = urllib.parse.quote_from_bytes(os.fsencode(os.path.abspath(path)), safe="/")
+    params = "&".join(f"{key}={urllib.parse.quote(value, safe='')}" for key, value in query.items())
+    return f"file:{name}?{params}" if params else f"file:{name}"
 
 
 class Location(Identity, total=False):

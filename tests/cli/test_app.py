@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import run_process
+from tunecache.cache import Cache
 from tunecache.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, main
 from tunecache.cli.app import show_warning
 from tunecache.errors import SchemaTooNewError, TunecacheWarning
@@ -57,7 +58,7 @@ def test_main_is_callable_as_a_library_function(
 
 def test_a_newer_schema_is_one_warning_line_even_under_w_error(tmp_path: Path) -> None:
     db = tmp_path / "future.db"
-    assert run_process("where", "--db", str(db)).returncode == 0
+    Cache.open(path=db).close()
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'fff9'")
     done = subprocess.run(

@@ -8,6 +8,7 @@ a traceback only under TUNECACHE_DEBUG=1. tunecache's own warnings are one line 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import warnings
@@ -38,9 +39,22 @@ def show_warning(
         _original_showwarning(message, category, filename, lineno, file, line)
 
 
+def _paths_as_bytes() -> None:
+    """Print a path that is not UTF-8 as the bytes it is, never fail on it.
+
+    Python holds such a name as text with surrogate escapes (`os.fsdecode`), which a UTF-8
+    stream refuses; standard output writes them back as the bytes they stand for, so a script
+    gets the very path (standard error already escapes them, as backslashes).
+    """
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        stream.reconfigure(errors="surrogateescape")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
+    _paths_as_bytes()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunecache.cli.exits import UsageError
@@ -13,7 +14,7 @@ from tunecache.cli.options import option
 if TYPE_CHECKING:
     from tunecache.store.reading import CacheReader
 
-__all__ = ["DEVICE", "device", "location", "open_cache", "read_cache"]
+__all__ = ["DEVICE", "database", "device", "existing", "location", "open_cache", "read_cache"]
 
 #: the device options, shown under their own heading in every subcommand's --help
 DEVICE = (
@@ -69,21 +70,44 @@ def open_cache(args: argparse.Namespace) -> Any:
     return Cache.open(**location(args))
 
 
+def database(found: dict[str, Any]) -> Path:
+    """The database file the options `found` (`location`'s) name, found or not."""
+    from tunecache.paths import locate
+
+    return locate(device=found["device"], root=found["root"], path=found["path"])[1]
+
+
+def existing(found: dict[str, Any]) -> Path:
+    """The database file the options `found` name, for a command that only reads: a
+    NoCacheError where there is none (nothing is created), a StoreError where something that
+    is not a regular file is there. Decided by os.stat, with nothing opened."""
+    from tunecache.errors import NoCacheError
+    from tunecache.store.filesystems import database_stat
+
+    db = database(found)
+    got = database_stat(db)
+    if got is None:
+        raise NoCacheError(f"no cache at {db}")
+    if got.st_size == 0:
+        # SQLite makes the file before its first page: a cache another process is creating.
+        raise NoCacheError(f"no cache at {db} (the file is empty)")
+    return db
+
+
 @contextlib.contextmanager
 def read_cache(found: dict[str, Any]) -> Iterator[CacheReader]:
     """A reader of the cache `found` names (`location`'s options), for a command that only
-    reads.
+    reads; where there is none, NoCacheError, and nothing is created (`existing`).
 
     A file at this tunecache's schema revision is read straight through stdlib sqlite3, with
-    the store's filesystem check and without SQLAlchemy; any other (none yet, an older or newer
+    the store's filesystem check and without SQLAlchemy; any other (an older or newer
     revision, a damaged one) is opened through the store first, as `open_cache` opens it:
-    created, upgraded, opened read-only or refused exactly as the store decides.
+    upgraded, opened read-only or refused exactly as the store decides.
     """
-    from tunecache.paths import locate
     from tunecache.store.filesystems import check_filesystem
     from tunecache.store.reading import CacheReader
 
-    db = locate(device=found["device"], root=found["root"], path=found["path"])[1]
+    db = existing(found)
     check_filesystem(db)
     reader = CacheReader.open(db, found["device"].fingerprint)
     if reader is None:

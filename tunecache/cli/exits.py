@@ -1,7 +1,8 @@
 """The command line's own exit statuses, and the usage error a subcommand raises.
 
-A TunecacheError carries its own status (`exit_code`, 1 to 8); these are the ones only the
-command line gives: docs/cli.md lists them all.
+A TunecacheError carries its own status (`exit_code`, 1 to 8, and EXIT_USAGE for an output the
+command refuses to write, `BadOutputError`); these are the ones only the command line gives:
+docs/cli.md lists them all.
 """
 
 from __future__ import annotations

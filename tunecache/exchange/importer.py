@@ -29,6 +29,7 @@ from tunecache.exchange.reports import EntryAction, ImportReport, evidence
 from tunecache.exchange.staging import Staged, Staging
 from tunecache.exchange.stream import Export, read_export
 from tunecache.exchange.wire import MAX_DEPTH, ExportedEntry, fail, iso
+from tunecache.paths import display
 from tunecache.store import bulk, rows
 from tunecache.store.models import utcnow
 
@@ -276,7 +277,8 @@ def import_cache(
             raise DeviceMismatchError(
                 f"{error} (allow another device to import its entries as unvalidated)"
             ) from None
-    source = origin if origin is not None else f"an export made {iso(header.exported_at)}"
+    # A path that is not UTF-8 is stored, and tagged, as its escaped text.
+    source = display(origin) if origin is not None else f"an export made {iso(header.exported_at)}"
     aside = origin_device(header.device, source)
     notes = (
         f"{kind} from {source}: device {header.device.dirname} {header.device.client} "

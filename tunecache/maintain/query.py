@@ -10,7 +10,6 @@ import math
 import os
 import sqlite3
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
 from tunecache.maintain.reports import Report
+from tunecache.store.filesystems import no_room, open_for_reading
 
 __all__ = ["EXAMPLE_QUERIES", "VIEWS", "QueryResult", "run_query"]
 
@@ -135,14 +135,15 @@ def run_query(
     db = Path(path).absolute()
     if not db.is_file():
         raise BadArgumentError(f"no database at {db}")
-    uri = "file:" + urllib.parse.quote(str(db)) + "?mode=ro"
     deadline = time.monotonic() + timeout
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=min(timeout, 30.0))
+        # As every reader opens a cache: mode=ro and query_only (or, on a full disk, the WAL
+        # index in this process's memory), never through a FIFO or a device.
+        conn, _ = open_for_reading(db, min(timeout, 30.0))
     except sqlite3.Error as error:
-        raise BadArgumentError(f"cannot open {db}: {error}") from error
+        full = no_room(error, db)
+        raise BadArgumentError(f"cannot open {db}: {full or error}") from error
     try:
-        conn.execute("PRAGMA query_only = ON")
         conn.set_authorizer(_authorize)
         # Returning non-zero interrupts the statement: a runaway recursive CTE stops in time.
         conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)

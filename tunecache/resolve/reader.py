@@ -80,6 +80,7 @@ class Reader:
         self.on_damage: Callable[[], object] | None = None
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        self._once = False
 
     def copy(self) -> Reader:
         """A reader of the same file, device and timeout, with a connection of its own."""
@@ -123,17 +124,30 @@ class Reader:
         if self.broken is not None:
             return None
         try:
-            return read()
+            try:
+                return read()
+            finally:
+                if self._once:
+                    self._once = False
+                    self.close()
         # OverflowError: a dims value too large for 64 bits, which no valid key has.
         except (_Broken, sqlite3.Error, OSError, ValueError, OverflowError) as error:
             reason = str(error) if isinstance(error, _Broken) else f"{self.path}: {error}"
+            transient = None
             if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                transient = f"tunecache: cache busy, answering the heuristic for now ({reason})"
+            elif isinstance(error, sqlite3.Error | OSError):
+                from tunecache.store.filesystems import no_room
+
+                full = no_room(error, self.path)
+                if full is not None:
+                    transient = (
+                        f"tunecache: cannot read the cache for now, answering the heuristic "
+                        f"({self.path}: {full})"
+                    )
+            if transient is not None:
                 # Transient: answer the heuristic now, without remembering that answer.
-                warnings.warn(
-                    f"tunecache: cache busy, answering the heuristic for now ({reason})",
-                    TunecacheWarning,
-                    stacklevel=_STACKLEVEL,
-                )
+                warnings.warn(transient, TunecacheWarning, stacklevel=_STACKLEVEL)
                 raise Busy from None
             self.broken = reason
             # What was answered from this file before the damage showed is not trusted either:
@@ -156,41 +170,30 @@ class Reader:
             return self._conn
         # A connection inherited across fork() must never be used by the child: open anew.
         self._conn = None
+        from tunecache.errors import StoreError
+        from tunecache.store.filesystems import EXCLUSIVE, database_stat, open_for_reading
+
         try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
+            found = database_stat(self.path)
+        except StoreError as error:
+            # A folder, a FIFO, a device: never opened (a FIFO would block the host).
+            raise _Broken(str(error)) from None
+        if found is None:
             return None  # no cache: every answer is the heuristic, and nothing is created
-        if size == 0:
+        if found.st_size == 0:
             # SQLite creates the file before its first page: a cache being created right now.
             return None
-        conn = self._open("mode=ro")
+        conn, how = open_for_reading(self.path, self.timeout)
         try:
             self._check(conn)
-        except sqlite3.OperationalError:
+        except BaseException:
             conn.close()
-            if not self._frozen():
-                raise
-            # A WAL database in a folder no one may write has no -shm to map, and SQLite says
-            # "unable to open" or "readonly". Nobody writes it, so read it as immutable.
-            conn = self._open("immutable=1")
-            self._check(conn)
+            raise
         self._conn = conn
         self._pid = os.getpid()
-        return conn
-
-    def _frozen(self) -> bool:
-        from tunecache.store.access import frozen
-
-        wal = self.path.with_name(self.path.name + "-wal")
-        # Committed frames in a -wal would be ignored by an immutable reader: not frozen, then.
-        return frozen(self.path) and not (wal.exists() and wal.stat().st_size > 0)
-
-    def _open(self, mode: str) -> sqlite3.Connection:
-        uri = f"{self.path.as_uri()}?{mode}"
-        conn = sqlite3.connect(
-            uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.execute("PRAGMA query_only = 1")
+        # Read with the file locked against every other connection (no room for a -shm file):
+        # held for one read at a time, never between questions.
+        self._once = how == EXCLUSIVE
         return conn
 
     def _check(self, conn: sqlite3.Connection) -> None:

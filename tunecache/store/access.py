@@ -10,9 +10,10 @@ import contextlib
 import os
 import sqlite3
 import stat
-import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
+
+from tunecache.paths import sqlite_uri
 
 __all__ = ["claim", "frozen", "read_only_mount", "release", "write_denied"]
 
@@ -66,7 +67,7 @@ def claim(db: Path) -> sqlite3.Connection:
     lock while open, reading or writing); the EXCLUSIVE transaction then keeps newcomers out
     while the folder goes. A writer is therefore either refused here or never started.
     """
-    uri = "file:" + urllib.parse.quote(str(db)) + "?mode=rw"
+    uri = sqlite_uri(db, mode="rw")
     conn = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None)
     try:
         mode = conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]

@@ -16,7 +16,6 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
 
 from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
+from tunecache.paths import sqlite_uri
+from tunecache.store.filesystems import no_room
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -99,6 +100,9 @@ def busy_errors(path: Path, timeout: float) -> Iterator[None]:
             raise StoreBusyError(
                 f"cache database {path} is locked by another writer (waited up to {timeout:g} s)"
             ) from error
+        full = no_room(error, path)
+        if full is not None:
+            raise StoreError(f"cache database {path}: {full}") from error
         raise StoreError(f"cache database {path}: {getattr(error, 'orig', error)}") from error
 
 
@@ -242,12 +246,8 @@ def make_engine(
         if immutable:
             query["immutable"] = "1"
         # A URI filename: percent-encoding keeps '?' and '#' in a path from being read as
-        # URI syntax.
-        url = URL.create(
-            "sqlite",
-            database="file:" + urllib.parse.quote(str(path.absolute())),
-            query=query,
-        )
+        # URI syntax, and a name that is not UTF-8 reaches SQLite as its bytes.
+        url = URL.create("sqlite", database=sqlite_uri(path), query=query)
     else:
         url = URL.create("sqlite", database=str(path))
     engine = create_engine(url)

@@ -18,7 +18,6 @@ import contextlib
 import enum
 import io
 import sqlite3
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, text
 
 from tunecache.errors import SchemaTooNewError, StoreError
+from tunecache.paths import sqlite_uri
 from tunecache.store.engine import busy_errors, read_connection
 from tunecache.store.models import Base
 
@@ -109,7 +109,7 @@ def inspect_file(path: Path, busy_timeout: float) -> FileState:
         return FileState((), frozenset())
     if not path.is_file():
         raise StoreError(f"cache database {path} is not a file")
-    uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?mode=ro"
+    uri = sqlite_uri(path, mode="ro")
     with busy_errors(path, busy_timeout):
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:

@@ -25,7 +25,6 @@ import os
 import socket
 import sqlite3
 import time
-import urllib.parse
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from tunecache._version import __version__
 from tunecache.errors import SchemaTooNewError, StoreBusyError, StoreError, TunecacheWarning
+from tunecache.paths import sqlite_uri
 from tunecache.store import migrate
 from tunecache.store.engine import busy_errors
 
@@ -68,7 +68,7 @@ def problem(db: Path, busy_timeout: float, *, schema: bool = True) -> str | None
     """
     if not db.is_file() or db.stat().st_size == 0:
         return None
-    uri = "file:" + urllib.parse.quote(str(db.absolute())) + "?mode=ro"
+    uri = sqlite_uri(db, mode="ro")
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:
@@ -140,6 +140,7 @@ def move_aside(db: Path, reason: str) -> Path:
         f"{reason}\n\nmoved aside: {stamp}\nfrom: {db}\nhost: {socket.gethostname()}\n"
         f"pid: {os.getpid()}\ntunecache: {__version__}\nsqlite: {sqlite3.sqlite_version}\n",
         encoding="utf-8",
+        errors="surrogateescape",  # a path that is not UTF-8 is written as its own bytes
     )
     for suffix in SIDE_FILES:
         source = db.with_name(db.name + suffix)

@@ -5,14 +5,17 @@ the read contract.
 `tunecache.maintain.list_entries`, `inspect` and `models`) read through a `CacheReader`: the
 views of migrations 0003 and 0004 (`read_entry_details_v1`, `read_verdict_details_v1`,
 `read_records_v1`, `read_runs_v1`, `read_models_v1`, `read_devices_v1`, `read_candidates_v1`),
-on a `mode=ro` connection with `PRAGMA query_only`. Neither SQLAlchemy nor Alembic is imported,
-so a command that only reads starts about as fast as Python does; the store's own questions are
-in `tunecache.store.queries`, the resolver's in `tunecache.resolve.reader`.
+on a `mode=ro` connection with `PRAGMA query_only` (or another way to read without writing,
+where that one cannot: `tunecache.store.filesystems.open_for_reading`). Neither SQLAlchemy nor
+Alembic is imported, so a command that only reads starts about as fast as Python does; the
+store's own questions are in `tunecache.store.queries`, the resolver's in
+`tunecache.resolve.reader`.
 
 `CacheReader.open` reads a file only when it is a cache at this tunecache's schema revision with
 every view it needs; for anything else (no file yet, an older revision to upgrade, a newer one, a
-file that is not a cache) it answers None, and the caller opens the file through the store
-(`tunecache.open`), which creates, upgrades, refuses or moves it aside as it always has.
+file that is not a cache) it answers None. It never creates a file: a read command that finds no
+file says so (`tunecache.cli.device.existing`), and for the others opens the file through the
+store (`tunecache.open`), which upgrades, refuses or moves it aside as it always has.
 `CacheReader.of` reads a cache the store has opened. Rows stream: a listing of a million entries
 never sits in memory whole. Rows are plain tuples, in the orders ENTRY_COLUMNS, VERDICT_COLUMNS
 and MODEL_COLUMNS name (which are those of `tunecache.maintain`'s reports, which build on them);
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +33,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import StoreBusyError, StoreError
-from tunecache.store.access import frozen, write_denied
+from tunecache.store.access import write_denied
+from tunecache.store.filesystems import database_stat, no_room, open_for_reading
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -207,45 +210,23 @@ class CacheReader:
         cls, path: Path, device: str, timeout: float, revisions: tuple[str, ...] | None
     ) -> CacheReader | None:
         try:
-            if path.stat().st_size == 0:
-                return None  # SQLite creates the file before its first page: a cache in the making
-        except OSError:
+            found = database_stat(path)
+        except StoreError:
+            return None  # not a regular file: the store says so, in its one line
+        if found is None or found.st_size == 0:
+            return None  # SQLite creates the file before its first page: a cache in the making
+        try:
+            conn, _ = open_for_reading(path, timeout)
+        except sqlite3.Error:
             return None
-        for mode in ("mode=ro", "immutable=1"):
-            if mode == "immutable=1" and not cls._frozen(path):
-                return None
-            try:
-                conn = cls._open(path, mode, timeout)
-            except sqlite3.Error:
-                return None
-            try:
-                found = cls._check(conn, revisions)
-            except sqlite3.OperationalError:
-                # A WAL database in a folder no one may write has no -shm to map: nobody writes
-                # it, so it is read as immutable, as the store and the resolver read it.
-                conn.close()
-                continue
-            except sqlite3.Error:
-                conn.close()
-                return None
-            if not found:
-                conn.close()
-                return None
-            return cls(path, device, conn)
-        return None
-
-    @staticmethod
-    def _open(path: Path, mode: str, timeout: float) -> sqlite3.Connection:
-        uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?" + mode
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
-        conn.execute("PRAGMA query_only = 1")
-        return conn
-
-    @staticmethod
-    def _frozen(path: Path) -> bool:
-        wal = path.with_name(path.name + "-wal")
-        # Committed frames in a -wal would be ignored by an immutable reader: not frozen, then.
-        return frozen(path) and not (wal.exists() and wal.stat().st_size > 0)
+        try:
+            ready = cls._check(conn, revisions)
+        except sqlite3.Error:
+            ready = False
+        if not ready:
+            conn.close()
+            return None
+        return cls(path, device, conn)
 
     @staticmethod
     def _check(conn: sqlite3.Connection, revisions: tuple[str, ...] | None) -> bool:
@@ -309,6 +290,9 @@ class CacheReader:
                 raise StoreBusyError(
                     f"cache database {self.path} stayed locked: {error}"
                 ) from error
+            full = no_room(error, self.path)
+            if full is not None:
+                raise StoreError(f"cannot read cache database {self.path}: {full}") from error
             raise StoreError(f"cannot read cache database {self.path}: {error}") from error
         except sqlite3.Error as error:
             raise StoreError(f"cannot read cache database {self.path}: {error}") from error

@@ -145,8 +145,8 @@ class KernelStore:
         state, key = target.state, target.key
         sum_ = checksum(target.names)
         path = state.table.path
-        if path is None or not path.exists():
-            return []
+        if path is None or not path.is_file():
+            return []  # a FIFO there would block the open below: nothing to borrow from it
         try:
             conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
         except sqlite3.Error:

@@ -45,8 +45,7 @@ def test_a_truncated_or_foreign_file_is_refused_and_changes_nothing(
 ) -> None:
     export = exported
     target = tmp_path / "target.db"
-    assert main(["where", "--db", str(target)]) == 0
-    capsys.readouterr()
+    Cache.open(path=target).close()  # reading (`where`) would create nothing
     before = rows(target)
     truncated = tmp_path / "cut.cbor"
     truncated.write_bytes(export.read_bytes()[:-7])

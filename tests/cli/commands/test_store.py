@@ -20,26 +20,37 @@ from tunecache.device import detect
 from tunecache.store import migrate
 
 
-def test_where_creates_the_cache_and_prints_its_path(_isolated_cache_root: Path) -> None:
-    done = run_process("where")
-    assert done.returncode == 0, done.stderr
+def test_where_prints_where_the_cache_lives_and_creates_nothing(_isolated_cache_root: Path) -> None:
     device = detect()
     db = _isolated_cache_root / "tune" / __version__ / f"{device.cpu}-t{device.threads}"
-    assert re.search(rf"^database: +{re.escape(str(db / 'cache.db'))}$", done.stdout, re.MULTILINE)
+    done = run_process("where")
+    assert done.returncode == 0, done.stderr
+    path = re.escape(str(db / "cache.db"))
+    assert re.search(rf"^database: +{path} \(not created yet\)$", done.stdout, re.MULTILINE)
+    assert not _isolated_cache_root.exists()
+    Cache.open().close()
+    done = run_process("where")
+    assert done.returncode == 0, done.stderr
+    assert re.search(rf"^database: +{path}$", done.stdout, re.MULTILINE)
     assert re.search(rf"^revision: +{migrate.HEAD}$", done.stdout, re.MULTILINE)
     assert re.search(r"^entries: +0$", done.stdout, re.MULTILINE)
-    assert (db / "cache.db").is_file()
 
 
 def test_where_json_is_stable_for_scripts(_isolated_cache_root: Path) -> None:
     done = run_process("where", "--json", "--threads", "3", "--accelerator", "NVIDIA H200")
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)
-    assert set(info) == {"device", "fingerprint", "database", "revision", "entries", "writable"}
+    keys = {"device", "fingerprint", "database", "exists", "revision", "entries", "writable"}
+    assert set(info) == keys
     assert info["device"]["threads"] == 3
     assert info["device"]["accelerator"] == "nvidia-h200"
     assert info["database"].endswith("-t3/cache.db")
-    assert info["writable"] is True
+    assert (info["exists"], info["revision"], info["writable"]) == (False, None, True)
+    Cache.open(threads=3, accelerator="NVIDIA H200").close()
+    info = json.loads(
+        run_process("where", "--json", "--threads", "3", "--accelerator", "NVIDIA H200").stdout
+    )
+    assert set(info) == keys and (info["exists"], info["revision"]) == (True, migrate.HEAD)
 
 
 def test_list_json_and_filters(filled: Cache, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 from tunecache.cli import render
 from tunecache.cli.device import open_cache
@@ -19,39 +18,20 @@ from tunecache.errors import BadArgumentError
 
 __all__ = ["cmd_export", "cmd_import", "cmd_merge"]
 
-_T = TypeVar("_T")
-
-
-def _write_output(path: str, write: Callable[[BinaryIO], _T]) -> _T:
-    """Write a file whole or not at all, through `write` on a temporary file beside it that is
-    renamed into place at the end: a crash or a full disk never leaves half an export."""
-    target = Path(path)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "wb") as fh:
-            done = write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temp, target)
-    except BaseException as error:
-        # Also on Ctrl-C: no half-written temp file is left beside the target.
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        if isinstance(error, OSError):
-            raise BadArgumentError(f"cannot write {path}: {error.strerror or error}") from error
-        raise
-    return done
-
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write this device's entries, with their timing records and verdicts, as one CBOR file."""
-    from tunecache import exchange
+    """Write this device's entries, with their timing records and verdicts, as one CBOR file:
+    to standard output, or replacing a regular file whole (`tunecache.outputs`)."""
+    from tunecache import exchange, outputs
 
-    to_stdout = args.output in (None, "-")
+    to_stdout = args.output in (None, outputs.STDOUT)
     if to_stdout and sys.stdout.isatty():
         raise UsageError("refusing to write binary CBOR to a terminal; give -o FILE")
     if to_stdout and args.json:
         raise UsageError("--json prints a summary; it needs -o FILE for the export itself")
+    if not to_stdout:
+        # Before the cache opens: a FIFO, a device or a folder there is refused, untouched.
+        outputs.check_output(args.output)
     with open_cache(args) as cache, render.progress(args) as progress:
         device = cache.device
         if to_stdout:
@@ -60,7 +40,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             exchange.export_to(cache, sys.stdout.buffer, progress=progress)
             sys.stdout.buffer.flush()
             return 0
-        done = _write_output(
+        done = outputs.write_output(
             args.output, lambda fh: exchange.export_to(cache, fh, progress=progress)
         )
     summary = {
@@ -74,7 +54,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         render.print_json(summary)
     else:
         render.console().print(
-            f"exported {done.entries} entries ({done.bytes} bytes) to {summary['path']}"
+            f"exported {done.entries} entries ({done.bytes} bytes) to {summary['path']}",
+            soft_wrap=True,
         )
     return 0
 

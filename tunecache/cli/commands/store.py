@@ -11,7 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from tunecache.cli import render
-from tunecache.cli.device import location, read_cache
+from tunecache.cli.device import database, existing, location, read_cache
 from tunecache.cli.exits import EXIT_PROBLEMS
 from tunecache.cli.options import FILTERS, option_values, shown_limit
 from tunecache.keys import format_key
@@ -24,26 +24,47 @@ __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", 
 
 
 def cmd_where(args: argparse.Namespace) -> int:
-    """Print the device identity and where its cache lives, creating the cache if needed."""
+    """Print the device identity and where its cache lives; it reads, and creates nothing.
+    With --db, a file that is not there is an error; at the device's own location, where it
+    says the cache is not created yet."""
+    from tunecache.errors import NoCacheError
+
     found = location(args)
     device = found["device"]
-    with read_cache(found) as reader:
-        info: dict[str, Any] = {
-            "device": device.as_dict(),
-            "fingerprint": device.fingerprint,
-            "database": str(reader.path),
-            "revision": reader.revision,
-            "entries": reader.entry_count(),
-            "writable": reader.readonly_reason is None,
-        }
-        if reader.readonly_reason:
-            info["readonly_reason"] = reader.readonly_reason
+    info: dict[str, Any] = {"device": device.as_dict(), "fingerprint": device.fingerprint}
+    try:
+        with read_cache(found) as reader:
+            info.update(
+                database=str(reader.path),
+                exists=True,
+                revision=reader.revision,
+                entries=reader.entry_count(),
+                writable=reader.readonly_reason is None,
+            )
+            if reader.readonly_reason:
+                info["readonly_reason"] = reader.readonly_reason
+    except NoCacheError:
+        if args.db is not None:
+            raise
+        from tunecache.store.access import write_denied
+
+        db = database(found)
+        info.update(database=str(db), exists=False, revision=None, entries=0)
+        # Whether the first write could create it: the nearest folder there is decides.
+        folder = next(p for p in (db.parent, *db.parents) if p.is_dir())
+        denied = write_denied(folder / db.name)
+        info["writable"] = denied is None
+        if denied:
+            info["readonly_reason"] = denied
     if args.json:
         render.print_json(info)
         return 0
     width = max(len(k) for k in info["device"]) + 1
     fields = [(name, "-" if value is None else value) for name, value in info["device"].items()]
-    fields += [(name, info[name]) for name in ("database", "revision", "entries")]
+    if info["exists"]:
+        fields += [(name, info[name]) for name in ("database", "revision", "entries")]
+    else:
+        fields.append(("database", f"{info['database']} (not created yet)"))
     if "readonly_reason" in info:
         fields.append(("read-only", info["readonly_reason"]))
     for name, value in fields:
@@ -251,8 +272,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     without --candidates, each candidate list stored for the key's signature is tried."""
     from tunecache.resolve import Table
 
+    found = location(args)
+    if args.db is not None:
+        existing(found)  # a mistyped --db is an error; elsewhere no cache is the heuristic
     table = Table.open(
-        **location(args),
+        **found,
         model=args.model,
         fingerprint=args.fingerprint,
         use=args.use,
