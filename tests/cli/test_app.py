@@ -121,3 +121,27 @@ def test_a_tunecache_warning_is_one_line_and_any_other_left_to_python(
     with pytest.warns(UserWarning, match="not ours"):
         show_warning(UserWarning("not ours"), UserWarning, "some.py", 3)
     assert capsys.readouterr().err == ""
+
+
+def test_output_into_a_pipe_closed_early_is_exit_0_and_no_message(tmp_path: Path) -> None:
+    """`tunecache list | head -1`: the reader closes the pipe with most of the listing unread.
+    The command stops quietly, and the rest goes nowhere (a pipe of its own, no device)."""
+    from tunecache.cache import NewEntry
+
+    db = tmp_path / "cache.db"
+    with Cache.open(path=db) as cache:
+        cache.put_many(
+            NewEntry(f"conv_F32_m{i + 1}_k3", "im2col", ("direct", "im2col")) for i in range(3000)
+        )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tunecache", "list", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    first = child.stdout.readline()  # the header: the command is writing
+    child.stdout.close()
+    said = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 0, said
+    assert b"key" in first
+    assert said == ""

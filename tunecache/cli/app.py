@@ -75,9 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("tunecache: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # Output piped into `head` that closed early is not an error worth a message.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # Output piped into `head` that closed early is not an error worth a message. What is
+        # still buffered goes into a pipe of this process's own that nobody reads (less than
+        # its 64 KiB), never into a shared device such as /dev/null, so the flush at exit
+        # cannot fail again.
+        _, sink = os.pipe()
+        os.dup2(sink, sys.stdout.fileno())
         return 0
     except Exception as error:  # the promise: one line, never a traceback
         if os.environ.get("TUNECACHE_DEBUG"):
