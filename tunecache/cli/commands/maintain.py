@@ -113,8 +113,9 @@ def _print_prune(report: Any, limit: int | None) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check the database: integrity, schema revision, WAL size, stale and orphaned rows. It
-    says what it would repair, and repairs only with --repair. Exit 1 if problems remain."""
+    """Check the database: integrity, schema revision and objects, WAL size, stale and orphaned
+    rows. It says what it would repair, and repairs only with --repair. Exit 1 if problems
+    remain."""
     from tunecache import maintain
 
     with open_cache(args) as cache, render.progress(args) as progress:
