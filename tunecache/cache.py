@@ -249,7 +249,7 @@ class Cache:
         """Fold the WAL into the database file and truncate it; False if a reader still
         holding an old snapshot kept it from finishing."""
         with busy_errors(self.path, self.busy_timeout):
-            return checkpoint(self._engine)
+            return checkpoint(self._engine, timeout=self.busy_timeout)
 
     def mend_schema(self) -> tuple[schema.Drift, ...]:
         """Make again the indexes and views of this cache's revision that its file lacks or has

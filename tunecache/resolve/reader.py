@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunecache.errors import TunecacheWarning
 from tunecache.store import schema
+from tunecache.store.wal import never_checkpoint
 
 __all__ = ["Busy", "Reader"]
 
@@ -206,6 +207,7 @@ class Reader:
             uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
         )
         conn.execute("PRAGMA query_only = 1")
+        never_checkpoint(conn)
         return conn
 
     def _check(self, conn: sqlite3.Connection) -> None:

@@ -36,6 +36,7 @@ from tunecache.store import schema
 from tunecache.store.engine import busy_errors, read_connection, transaction
 from tunecache.store.models import Base
 from tunecache.store.schema import Drift, SchemaRow
+from tunecache.store.wal import never_checkpoint
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -126,6 +127,7 @@ def inspect_file(path: Path, busy_timeout: float) -> FileState:
     with busy_errors(path, busy_timeout):
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:
+            never_checkpoint(conn)
             return read_state(conn.execute)
         finally:
             conn.close()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from tunecache.errors import StoreBusyError, StoreError, TunecacheWarning
 from tunecache.store import schema
 from tunecache.store.access import frozen, write_denied
+from tunecache.store.wal import never_checkpoint
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -252,6 +253,7 @@ class CacheReader:
         uri = "file:" + urllib.parse.quote(str(path.absolute())) + "?" + mode
         conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
         conn.execute("PRAGMA query_only = 1")
+        never_checkpoint(conn)
         return conn
 
     @staticmethod
