@@ -212,7 +212,6 @@ class Cache:
     def _write(self) -> Iterator[Connection]:
         if self.readonly_reason is not None:
             raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
-        health.warn_wal_defects()
         if self._drift:
             mended = self.mend_schema()
             if mended:

@@ -1,5 +1,6 @@
 """tunecache cannot meet the WAL-reset bug: its readers never checkpoint, its checkpoints and
-commits all hold the writers' lock."""
+commits all hold the writers' lock, so the warning about it is one line of `doctor` and `where`
+(case 9 of issue 16: a 400-character warning printed by every command that wrote)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ from tunecache.maintain.query import run_query
 from tunecache.resolve import Table
 from tunecache.store.engine import make_engine, read_connection
 from tunecache.store.reading import CacheReader
+
+AFFECTED = sqlite3.sqlite_version_info < (3, 51, 3) and sqlite3.sqlite_version_info[:2] not in (
+    (3, 44),
+    (3, 50),
+)
 
 # A writer that leaves committed frames in the WAL and dies without closing: no connection is
 # left to checkpoint them, so whoever opens the file next is its last closer.
@@ -135,3 +141,30 @@ def test_a_checkpoint_waits_for_the_writers_lock(tmp_path: Path) -> None:
         finally:
             os.close(fd)
         assert cache.checkpoint()
+
+
+def _tunecache(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tunecache", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def test_no_command_prints_the_wal_reset_warning_and_doctor_and_where_name_it_once() -> None:
+    with Cache.open() as cache:
+        cache.put("conv_F32_h1", choice=NAMES[0], candidates=NAMES)
+        cache.put("conv_F32_h2", choice=NAMES[0], candidates=NAMES)
+    for command in (["prune", "--unvalidated"], ["doctor", "--repair"], ["list"]):
+        done = _tunecache(*command)
+        assert done.returncode == 0, done.stderr
+        assert "WAL" not in done.stderr, (command, done.stderr)
+        assert done.stderr == "", (command, done.stderr)
+    for command in (["where"], ["doctor"]):
+        done = _tunecache(*command)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        lines = [line for line in done.stdout.splitlines() if "WAL-reset bug" in line]
+        assert len(lines) == (1 if AFFECTED else 0), done.stdout
+        assert all(len(line) < 200 for line in lines)

@@ -18,7 +18,7 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.maintain.reports import Report, jsonable
-from tunecache.store import migrate, queries, rows, schema, upkeep
+from tunecache.store import migrate, queries, rows, schema, upkeep, wal
 from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS
 
 __all__ = ["WAL_WARN_BYTES", "DoctorReport", "Problem", "doctor"]
@@ -55,6 +55,10 @@ class DoctorReport(Report):
     repair: bool
     #: whether a WAL checkpoint ran (with repair)
     checkpointed: bool = False
+    #: the SQLite library's version, and its known defects (docs/reliability.md says why
+    #: tunecache's own connections are immune to the WAL-reset bug)
+    sqlite: str = ""
+    sqlite_defects: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data, with `healthy` beside the fields."""
@@ -310,4 +314,6 @@ def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = No
         problems=tuple(problems),
         repair=repair,
         checkpointed=checkpointed,
+        sqlite=wal.SQLITE_VERSION,
+        sqlite_defects=tuple(d.name for d in wal.wal_defects()),
     )

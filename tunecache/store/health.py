@@ -3,8 +3,8 @@
 Three facts SQLite does not check for us:
 
 - Some SQLite versions have a known defect in WAL mode (`WAL_DEFECTS`, from
-  `tunecache.store.wal`). tunecache warns once per process, when the process first writes, and
-  keeps working: the defect needs a rare race.
+  `tunecache.store.wal`). tunecache's own connections are immune to it by construction
+  (docs/reliability.md), so it is not warned about: `doctor` and `where` name it in one line.
 - WAL needs every process that uses a database on one host: its index lives in shared memory
   (the `-shm` file, mapped by each process) and locks on a network filesystem are unreliable.
   A cache on a network filesystem is refused unless `TUNECACHE_ALLOW_NETWORK_FS=1` says that only
@@ -15,19 +15,11 @@ Three facts SQLite does not check for us:
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunecache.errors import (
-    ReadOnlyStoreError,
-    SchemaTooNewError,
-    SQLiteDefectWarning,
-    StoreError,
-    TunecacheWarning,
-)
+from tunecache.errors import ReadOnlyStoreError, SchemaTooNewError, StoreError, TunecacheWarning
 from tunecache.store.access import frozen, write_denied
 from tunecache.store.filesystems import (
     ALLOW_NETWORK_FS_ENV,
@@ -48,53 +40,14 @@ __all__ = [
     "ALLOW_NETWORK_FS_ENV",
     "NETWORK_FILESYSTEMS",
     "WAL_DEFECTS",
-    "SQLiteDefectWarning",
     "WalDefect",
     "check_filesystem",
     "filesystem_of",
     "frozen",
     "open_readonly",
     "wal_defects",
-    "warn_wal_defects",
     "write_denied",
 ]
-
-_warned_defects = False
-_warn_lock = threading.Lock()
-
-
-def warn_wal_defects() -> None:
-    """Warn once per process if this SQLite has a known WAL defect, naming it and the fix.
-
-    Called when a process first writes: only writers commit and checkpoint, which is what the
-    known defects need. The warning is a SQLiteDefectWarning (filter it to silence it). Like
-    every tunecache warning it must not stop the host program: where a filter turns it into an
-    error, it goes to the `tunecache` logger instead.
-    """
-    global _warned_defects
-    with _warn_lock:
-        if _warned_defects:
-            return
-        _warned_defects = True
-    defects = wal_defects()
-    if not defects:
-        return
-    parts = []
-    for d in defects:
-        fixed = ", ".join(".".join(map(str, v)) for v in (d.fixed, *d.backports))
-        parts.append(f"{d.name} ({d.summary}; fixed in {fixed}; {d.url})")
-    message = (
-        f"SQLite {sqlite3.sqlite_version}, which this Python uses, has a known WAL defect: "
-        f"{'; '.join(parts)}. tunecache keeps working; run it on a Python whose SQLite has "
-        "the fix to be safe from it"
-    )
-    try:
-        warnings.warn(message, SQLiteDefectWarning, stacklevel=2)
-    except SQLiteDefectWarning:
-        import logging  # only here: the read commands import this module and never log
-
-        logging.getLogger("tunecache").warning(message)
-
 
 # --- read-only access (store.access.write_denied says when) ---------------------------------------
 

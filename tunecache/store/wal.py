@@ -1,10 +1,11 @@
 """The WAL: known defects of SQLite releases in WAL mode, and how tunecache's readers stay
 clear of them.
 
-The WAL-reset bug needs a checkpoint racing another connection's commit: every commit and every
-checkpoint tunecache makes holds the writers' lock, and readers never checkpoint
-(`never_checkpoint`; docs/reliability.md). Stdlib only: the resolver and the read commands use
-it without SQLAlchemy.
+tunecache's own connections are immune to the WAL-reset bug by construction (docs/reliability.md
+gives the argument): every commit and every checkpoint holds the writers' lock, and readers never
+checkpoint (`never_checkpoint`). So no command warns about it; `tunecache where` and `doctor`
+name it in one line each (`note`), since another program writing a cache could still meet it.
+Stdlib only: the resolver and the read commands use it without SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "Version",
     "WalDefect",
     "never_checkpoint",
+    "note",
     "wal_defects",
 ]
 
@@ -74,6 +76,19 @@ def wal_defects(version: Version | None = None) -> list[WalDefect]:
         major, minor, patch = sqlite3.sqlite_version_info
         version = (major, minor, patch)
     return [defect for defect in WAL_DEFECTS if defect.affects(version)]
+
+
+def note(version: Version | None = None) -> str:
+    """This SQLite's version, with its known WAL defects and what they mean here, in one line."""
+    shown = SQLITE_VERSION if version is None else ".".join(map(str, version))
+    found = wal_defects(version)
+    if not found:
+        return shown
+    names = ", ".join(d.name for d in found)
+    return (
+        f"{shown}, with {names}: tunecache's own connections cannot meet it, another program "
+        "writing the cache can (docs/reliability.md)"
+    )
 
 
 def never_checkpoint(conn: sqlite3.Connection) -> None:

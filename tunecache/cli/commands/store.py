@@ -24,7 +24,10 @@ __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", 
 
 
 def cmd_where(args: argparse.Namespace) -> int:
-    """Print the device identity and where its cache lives, creating the cache if needed."""
+    """Print the device identity and where its cache lives, creating the cache if needed, and
+    the SQLite library's version with its known WAL defects."""
+    from tunecache.store.wal import note
+
     found = location(args)
     device = found["device"]
     with read_cache(found) as reader:
@@ -46,6 +49,7 @@ def cmd_where(args: argparse.Namespace) -> int:
     fields += [(name, info[name]) for name in ("database", "revision", "entries")]
     if "readonly_reason" in info:
         fields.append(("read-only", info["readonly_reason"]))
+    fields.append(("sqlite", note()))
     for name, value in fields:
         print(f"{name + ':':<{width + 1}} {value}")
     return 0
