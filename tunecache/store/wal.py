@@ -11,7 +11,7 @@ Stdlib only: the resolver and the read commands use it without SQLAlchemy.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "SQLITE_VERSION",
@@ -30,9 +30,9 @@ Version = tuple[int, int, int]
 SQLITE_VERSION = sqlite3.sqlite_version
 
 
-@dataclass(frozen=True, slots=True)
-class WalDefect:
-    """A known SQLite defect in WAL mode, and the releases that have it."""
+class WalDefect(NamedTuple):
+    """A known SQLite defect in WAL mode, and the releases that have it (a named tuple: a
+    dataclass would cost every read command a millisecond to define)."""
 
     name: str
     #: what goes wrong, in a few words
