@@ -149,7 +149,10 @@ def test_mend_makes_views_and_indexes_again_once_and_keeps_every_row(tmp_path: P
         cache.put("conv_F32_h1", choice="a", candidates=["a", "b"])
     fresh = sorted(_objects(db))
     conn = sqlite3.connect(db)
-    conn.executescript("DROP VIEW read_runs_v1; DROP INDEX ix_entries_key_id;")
+    conn.executescript(
+        "DROP VIEW read_runs_v1; DROP INDEX ix_entries_key_id;"
+        " CREATE VIEW ix_entries_key_id AS SELECT 1;"  # its name, taken by a view
+    )
     conn.close()
     engine = make_engine(db)
     try:

@@ -331,10 +331,14 @@ def mend(conn: Connection) -> tuple[Drift, ...]:
     if not found:
         return ()
     expected = _expected_objects()
-    for d in found:
-        if d.change != "missing":
-            quoted = d.name.replace('"', '""')
-            conn.exec_driver_sql(f'DROP {d.type.upper()} IF EXISTS "{quoted}"')
+    # An object of another kind under a name the revision gives an index or view is dropped
+    # too (one namespace holds them all); a table of that name holds data, and is not.
+    taken = {name: type_ for type_, name, _, _ in state.objects if type_ != "table"}
+    drops = [(d.type, d.name) for d in found if d.change != "missing"]
+    drops += [(taken[d.name], d.name) for d in found if taken.get(d.name, d.type) != d.type]
+    for type_, name in drops:
+        quoted = name.replace('"', '""')
+        conn.exec_driver_sql(f'DROP {type_.upper()} IF EXISTS "{quoted}"')
     for d in found:
         if d.change != "unexpected":
             sql = expected[(d.type, d.name)][1]
