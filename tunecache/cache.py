@@ -29,7 +29,7 @@ from tunecache.errors import (
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
-from tunecache.store import bulk, filesystems, health, migrate, quarantine, queries, rows
+from tunecache.store import bulk, filesystems, health, migrate, quarantine, queries, rows, schema
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
     busy_errors,
@@ -111,6 +111,8 @@ class Cache:
         self.readonly_reason = readonly_reason
         self._engine = engine
         self._device_id: int | None = None
+        # What opening found in the schema that the first write makes again (see mend_schema).
+        self._drift: tuple[schema.Drift, ...] = ()
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -170,9 +172,16 @@ class Cache:
         except BaseException:
             engine.dispose()
             raise
-        return cls(
+        cache = cls(
             db, device, engine, busy_timeout=busy_timeout, outcome=outcome, readonly_reason=None
         )
+        # An index or view gone or altered is made again by the first write (a repair is a
+        # write, and a cache opened only to read, as doctor without --repair, writes nothing).
+        # The file was read just before; the repair looks again under the writers' lock.
+        cache._drift = tuple(
+            d for d in schema.drift(state.objects, state.revision) if not d.holds_data
+        )
+        return cache
 
     def close(self) -> None:
         """Close every connection; the cache cannot be used afterwards."""
@@ -205,7 +214,15 @@ class Cache:
     def _write(self) -> Iterator[Connection]:
         if self.readonly_reason is not None:
             raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
-        health.warn_wal_defects()
+        if self._drift:
+            mended = self.mend_schema()
+            if mended:
+                warnings.warn(
+                    f"cache database {self.path}: its schema was not revision {migrate.HEAD}'s "
+                    f"({schema.describe(mended)}); its indexes and views are made again",
+                    TunecacheWarning,
+                    stacklevel=4,
+                )
         with busy_errors(self.path, self.busy_timeout), transaction(self._engine) as conn:
             yield conn
 
@@ -233,7 +250,18 @@ class Cache:
         """Fold the WAL into the database file and truncate it; False if a reader still
         holding an old snapshot kept it from finishing."""
         with busy_errors(self.path, self.busy_timeout):
-            return checkpoint(self._engine)
+            return checkpoint(self._engine, timeout=self.busy_timeout)
+
+    def mend_schema(self) -> tuple[schema.Drift, ...]:
+        """Make again the indexes and views of this cache's revision that its file lacks or has
+        altered, and drop indexes and triggers no revision has, in one write transaction; what
+        it changed (`tunecache.store.schema.Drift`). The first write of a cache does this by
+        itself when opening found something to mend."""
+        if self.readonly_reason is not None:
+            raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
+        mended = migrate.mend_schema(self._engine, self.path, self.busy_timeout)
+        self._drift = ()
+        return mended
 
     def revision(self) -> str | None:
         """The schema revision stamped in the database."""

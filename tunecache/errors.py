@@ -107,7 +107,12 @@ class TunecacheWarning(UserWarning):
 
 
 class SQLiteDefectWarning(TunecacheWarning):
-    """The SQLite library this Python uses has a known defect in WAL mode."""
+    """The SQLite library this Python uses has a known defect in WAL mode.
+
+    No longer raised: tunecache's own connections are immune to the WAL-reset bug by
+    construction, and `doctor` and `where` name it instead (docs/reliability.md). The class
+    stays so that warning filters naming it keep working.
+    """
 
 
 class TuneInterrupted(KeyboardInterrupt):

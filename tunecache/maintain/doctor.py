@@ -18,7 +18,7 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.maintain.reports import Report, jsonable
-from tunecache.store import migrate, queries, rows, upkeep
+from tunecache.store import migrate, queries, rows, schema, upkeep, wal
 from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS
 
 __all__ = ["WAL_WARN_BYTES", "DoctorReport", "Problem", "doctor"]
@@ -55,6 +55,10 @@ class DoctorReport(Report):
     repair: bool
     #: whether a WAL checkpoint ran (with repair)
     checkpointed: bool = False
+    #: the SQLite library's version, and its known defects (docs/reliability.md says why
+    #: tunecache's own connections are immune to the WAL-reset bug)
+    sqlite: str = ""
+    sqlite_defects: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data, with `healthy` beside the fields."""
@@ -113,16 +117,43 @@ def _bad_sets(conn: Connection) -> list[int]:
     return bad
 
 
+#: what the schema problem's repair does
+_SCHEMA_REPAIR = f"make them again as revision {migrate.HEAD} has them"
+
+
+def _schema_detail(drift: list[schema.Drift]) -> str:
+    """What the schema problem is, naming the indexes and views."""
+    return f"indexes or views not as revision {migrate.HEAD} has them: {schema.describe(drift)}"
+
+
+def _schema_finding(conn: Connection) -> _Finding:
+    """The indexes, views and triggers that are not those of the file's revision."""
+    drift = list(migrate.schema_drift(conn))
+    return _Finding(
+        "schema",
+        _schema_detail(drift),
+        _SCHEMA_REPAIR,
+        drift,
+        _mend,
+    )
+
+
+def _mend(conn: Connection, _found: list[Any]) -> None:
+    """The schema problem's repair: what it finds again under the lock, made again."""
+    migrate.mend(conn)
+
+
 def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_Finding]:
     """Every problem doctor knows how to look for, read within one transaction."""
     out = [
+        _schema_finding(conn),
         _Finding(
             "dangling-rows",
             "rows pointing at a row that no longer exists",
             "delete them",
             list(upkeep.foreign_key_violations(conn)),
             rows.delete_rowids,
-        )
+        ),
     ]
     for kind, (table, detail) in upkeep.ORPHANS.items():
         out.append(
@@ -237,21 +268,29 @@ def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = No
     """Check the whole database file and report; repair what can be repaired only if asked.
 
     Repairs run in one write transaction that finds the problems again under the lock, so it
-    repairs exactly what it reports. A checkpoint then folds the WAL back into the database.
+    repairs exactly what it reports (indexes and views opening found missing or altered are made
+    again just before, as a cache's first write does). A checkpoint then folds the WAL back
+    into the database.
     """
-    wal = Path(str(cache.path) + "-wal")
+    wal_file = Path(str(cache.path) + "-wal")
+    mended = list(cache.mend_schema()) if repair else []
     with cache.transaction(write=repair) as tx:
         integrity = upkeep.integrity(tx.conn)
         revision = migrate.current_revision(tx.conn)
         devices = queries.count(tx.conn, DEVICES)
         entries = queries.count(tx.conn, ENTRIES)
         problems = _examine(tx.conn, cache.device, repair, progress)
-    found_wal = wal.stat().st_size if wal.exists() else 0
+    if mended:
+        # Repaired just before the transaction, so it found none of them again.
+        problems.insert(
+            0, Problem("schema", len(mended), _schema_detail(mended), _SCHEMA_REPAIR, True)
+        )
+    found_wal = wal_file.stat().st_size if wal_file.exists() else 0
     checkpointed = False
     wal_bytes = found_wal
     if repair:
         checkpointed = cache.checkpoint()
-        wal_bytes = wal.stat().st_size if wal.exists() else 0
+        wal_bytes = wal_file.stat().st_size if wal_file.exists() else 0
     if found_wal > WAL_WARN_BYTES:
         problems.append(
             Problem(
@@ -275,4 +314,6 @@ def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = No
         problems=tuple(problems),
         repair=repair,
         checkpointed=checkpointed,
+        sqlite=wal.SQLITE_VERSION,
+        sqlite_defects=tuple(d.name for d in wal.wal_defects()),
     )

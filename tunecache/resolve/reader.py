@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunecache.errors import TunecacheWarning
+from tunecache.store import schema
 
 __all__ = ["Busy", "Reader"]
 
@@ -55,6 +56,20 @@ _BY_SIGNATURE = (
 # entries (the ones on other entries are left out in numpy).
 _EVERY = " FROM read_verdicts_v1 v"
 _VERDICT_COST = 2
+
+
+# The views the resolver reads, and the revision that made them.
+_VIEWS = ("read_candidates_v1", "read_entries_v1", "read_verdicts_v1")
+_SINCE = "0003"
+
+
+def _revision(conn: sqlite3.Connection) -> str | None:
+    """The one revision stamped in the file, or None."""
+    try:
+        stamped = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    except sqlite3.OperationalError:
+        return None
+    return str(stamped[0][0]) if len(stamped) == 1 else None
 
 
 class Busy(Exception):
@@ -197,18 +212,39 @@ class Reader:
         return conn
 
     def _check(self, conn: sqlite3.Connection) -> None:
-        found = {
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'view' AND name LIKE 'read_%_v1'"
+        views = dict(
+            conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'view' AND name IN (?, ?, ?)",
+                _VIEWS,
+            ).fetchall()
+        )
+        wrong = [
+            f"view {name} missing" if name not in views else f"view {name} altered"
+            for name in _VIEWS
+            if name not in views
+            or schema.digest("view", views[name]) != schema.OBJECTS[("view", name)][1]
+        ]
+        if not wrong:
+            return
+        # Only now is the revision worth a question: a file whose views are not these is older
+        # than they are, damaged, or of a newer tunecache (whose views may be written anew).
+        revision = _revision(conn)
+        missing = sorted(set(_VIEWS) - set(views))
+        if revision in schema.REVISIONS[: schema.REVISIONS.index(_SINCE)]:
+            raise _Broken(
+                f"cache database {self.path} is at schema revision {revision} and lacks the "
+                f"views {', '.join(missing)}: it predates tunecache's resolver. Open it once with "
+                "tunecache.open() to upgrade it"
             )
-        }
-        missing = {"read_entries_v1", "read_verdicts_v1", "read_candidates_v1"} - found
+        if revision in schema.REVISIONS:
+            raise _Broken(
+                f"cache database {self.path}: its schema is damaged ({', '.join(wrong)}); "
+                "run `tunecache doctor --repair` to make it whole"
+            )
         if missing:
             raise _Broken(
-                f"cache database {self.path} lacks the views {', '.join(sorted(missing))}"
-                "; it predates tunecache's resolver or is not a tunecache cache. Open it once "
-                "with tunecache.open() to upgrade it"
+                f"cache database {self.path} lacks the views {', '.join(missing)}: it is not "
+                "a tunecache cache this tunecache can read"
             )
 
     def close(self) -> None:

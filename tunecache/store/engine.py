@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL
 from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
 from tunecache.paths import sqlite_uri
 from tunecache.store.filesystems import no_room
+from tunecache.store.wal import never_checkpoint
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -52,6 +53,8 @@ _LOCK_INFO = "tunecache_write_lock"
 # that way would block every later writer of this process until the deadline.
 _held: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+# The database of each engine that may write, whose write queue its checkpoints take.
+_writable: weakref.WeakKeyDictionary[Engine, Path] = weakref.WeakKeyDictionary()
 # Descriptors of write locks this process holds now (see _WriteQueue).
 _held_locks: set[int] = set()
 # The write-queue descriptors each thread holds or waits on: an interrupt can land between
@@ -265,6 +268,7 @@ def make_engine(
             cursor.execute("PRAGMA foreign_keys = ON")
             if readonly:
                 cursor.execute("PRAGMA query_only = ON")
+                never_checkpoint(dbapi_connection)  # see docs/reliability.md, SQLite versions
             else:
                 _use_wal(cursor, path, busy_timeout)
                 cursor.execute("PRAGMA synchronous = NORMAL")
@@ -279,6 +283,8 @@ def make_engine(
             raise exc.DisconnectionError("connection made in another process")
 
     queue = _WriteQueue(path, busy_timeout)
+    if not readonly:
+        _writable[engine] = path
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -390,13 +396,23 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-def checkpoint(engine: Engine) -> bool:
-    """Fold the WAL into the database file and truncate it; False if a reader still holding
-    an old snapshot kept it from finishing."""
-    # On the driver's own connection: SQLAlchemy would open a transaction first, and SQLite
-    # refuses a checkpoint inside one ("database table is locked").
-    with engine.connect() as conn:
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+def checkpoint(engine: Engine, *, timeout: float = DEFAULT_BUSY_TIMEOUT) -> bool:
+    """Fold the WAL into the database file and truncate it, holding the writers' lock (waiting
+    for it up to `timeout` seconds); False if a reader still holding an old snapshot kept it
+    from finishing.
+
+    Under the lock no tunecache writer commits meanwhile: a checkpoint racing a commit is what
+    the WAL-reset bug needs (docs/reliability.md)."""
+    # A read-only engine has no queue: it opens the file `mode=ro`, which cannot checkpoint.
+    path = _writable.get(engine)
+    fd = -1 if path is None else _WriteQueue(path, timeout).acquire()
+    try:
+        # On the driver's own connection: SQLAlchemy would open a transaction first, and SQLite
+        # refuses a checkpoint inside one ("database table is locked").
+        with engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        _WriteQueue.release(fd)
     return busy is not None and int(busy[0]) == 0

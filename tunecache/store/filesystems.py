@@ -244,13 +244,17 @@ EXCLUSIVE = "exclusive"
 
 
 def _connect(db: Path, timeout: float, **query: str) -> sqlite3.Connection:
-    return sqlite3.connect(
+    conn = sqlite3.connect(
         sqlite_uri(db, **query),
         uri=True,
         timeout=timeout,
         isolation_level=None,
         check_same_thread=False,
     )
+    # tunecache.store.wal.never_checkpoint, written out: importing that module costs the
+    # host's first question about 0.2 ms more (docs/reliability.md, "SQLite versions").
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    return conn
 
 
 def _probe(conn: sqlite3.Connection) -> None:

@@ -2,8 +2,9 @@
 
 Three facts SQLite does not check for us:
 
-- Some SQLite versions have a known defect in WAL mode (`WAL_DEFECTS`). tunecache warns once
-  per process, when the process first writes, and keeps working: the defect needs a rare race.
+- Some SQLite versions have a known defect in WAL mode (`WAL_DEFECTS`, from
+  `tunecache.store.wal`). tunecache's own connections are immune to it by construction
+  (docs/reliability.md), so it is not warned about: `doctor` and `where` name it in one line.
 - WAL needs every process that uses a database on one host: its index lives in shared memory
   (the `-shm` file, mapped by each process) and locks on a network filesystem are unreliable.
   A cache on a network filesystem is refused unless `TUNECACHE_ALLOW_NETWORK_FS=1` says that only
@@ -14,20 +15,11 @@ Three facts SQLite does not check for us:
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tunecache.errors import (
-    ReadOnlyStoreError,
-    SchemaTooNewError,
-    SQLiteDefectWarning,
-    StoreError,
-    TunecacheWarning,
-)
+from tunecache.errors import ReadOnlyStoreError, SchemaTooNewError, StoreError, TunecacheWarning
 from tunecache.store.access import frozen, write_denied
 from tunecache.store.filesystems import (
     ALLOW_NETWORK_FS_ENV,
@@ -35,6 +27,7 @@ from tunecache.store.filesystems import (
     check_filesystem,
     filesystem_of,
 )
+from tunecache.store.wal import WAL_DEFECTS, WalDefect, wal_defects
 
 # The read commands check the filesystem and write access without SQLAlchemy; only opening a
 # read-only engine (`open_readonly`) needs it, and imports it there.
@@ -47,104 +40,14 @@ __all__ = [
     "ALLOW_NETWORK_FS_ENV",
     "NETWORK_FILESYSTEMS",
     "WAL_DEFECTS",
-    "SQLiteDefectWarning",
     "WalDefect",
     "check_filesystem",
     "filesystem_of",
     "frozen",
     "open_readonly",
     "wal_defects",
-    "warn_wal_defects",
     "write_denied",
 ]
-
-Version = tuple[int, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class WalDefect:
-    """A known SQLite defect in WAL mode, and the releases that have it."""
-
-    name: str
-    #: what goes wrong, in a few words
-    summary: str
-    #: the first release that has it
-    first: Version
-    #: the first release of the main line without it
-    fixed: Version
-    #: the first patched release of older series that got the fix backported
-    backports: tuple[Version, ...]
-    url: str
-
-    def affects(self, version: Version) -> bool:
-        """Whether SQLite `version` has this defect."""
-        if not self.first <= version < self.fixed:
-            return False
-        return not any(version[:2] == b[:2] and version >= b for b in self.backports)
-
-
-#: Known WAL defects. Source: SQLite's own WAL page, https://sqlite.org/wal.html#walresetbug
-#: (3.51.3 of 2026-03-13 fixed it; 3.44.6 and 3.50.7 carry the backported fix; 3.52.0, which
-#: also has the fix, was withdrawn for unrelated reasons).
-WAL_DEFECTS = (
-    WalDefect(
-        name="the WAL-reset bug",
-        summary=(
-            "a checkpoint racing another connection's commit that resets the WAL can corrupt "
-            "the database or lose committed writes"
-        ),
-        first=(3, 7, 0),
-        fixed=(3, 51, 3),
-        backports=((3, 44, 6), (3, 50, 7)),
-        url="https://sqlite.org/wal.html#walresetbug",
-    ),
-)
-
-
-def wal_defects(version: Version | None = None) -> list[WalDefect]:
-    """The known WAL defects of SQLite `version` (by default, the library this Python uses)."""
-    if version is None:
-        major, minor, patch = sqlite3.sqlite_version_info
-        version = (major, minor, patch)
-    return [defect for defect in WAL_DEFECTS if defect.affects(version)]
-
-
-_warned_defects = False
-_warn_lock = threading.Lock()
-
-
-def warn_wal_defects() -> None:
-    """Warn once per process if this SQLite has a known WAL defect, naming it and the fix.
-
-    Called when a process first writes: only writers commit and checkpoint, which is what the
-    known defects need. The warning is a SQLiteDefectWarning (filter it to silence it). Like
-    every tunecache warning it must not stop the host program: where a filter turns it into an
-    error, it goes to the `tunecache` logger instead.
-    """
-    global _warned_defects
-    with _warn_lock:
-        if _warned_defects:
-            return
-        _warned_defects = True
-    defects = wal_defects()
-    if not defects:
-        return
-    parts = []
-    for d in defects:
-        fixed = ", ".join(".".join(map(str, v)) for v in (d.fixed, *d.backports))
-        parts.append(f"{d.name} ({d.summary}; fixed in {fixed}; {d.url})")
-    message = (
-        f"SQLite {sqlite3.sqlite_version}, which this Python uses, has a known WAL defect: "
-        f"{'; '.join(parts)}. tunecache keeps working; run it on a Python whose SQLite has "
-        "the fix to be safe from it"
-    )
-    try:
-        warnings.warn(message, SQLiteDefectWarning, stacklevel=2)
-    except SQLiteDefectWarning:
-        import logging  # only here: the read commands import this module and never log
-
-        logging.getLogger("tunecache").warning(message)
-
 
 # --- read-only access (store.access.write_denied says when) ---------------------------------------
 

@@ -7,6 +7,10 @@
 - An older revision is upgraded inside one `BEGIN IMMEDIATE` transaction, so of several processes
   opening it at once exactly one migrates and the others find it current.
 - A newer revision that this tunecache does not know is never written.
+- A file's tables, indexes and views are checked against its revision's (`tunecache.store.schema`):
+  a table missing or altered makes the file damaged (`check_writable_schema` refuses it, and the
+  quarantine moves it aside at tunecache's own location); an index or view missing or altered
+  holds no data and is made again by `mend`, in one write transaction.
 
 Alembic costs about half a second to import, so it is imported only when a database is created
 or upgraded; a database already at `HEAD` is checked with plain queries.
@@ -16,19 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import io
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from tunecache.errors import SchemaTooNewError, StoreError
 from tunecache.paths import sqlite_uri
-from tunecache.store.engine import busy_errors, read_connection
+from tunecache.store import schema
+from tunecache.store.engine import busy_errors, read_connection, transaction
 from tunecache.store.models import Base
+from tunecache.store.schema import Drift, SchemaRow
+from tunecache.store.wal import never_checkpoint
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -42,9 +50,13 @@ __all__ = [
     "current_revision",
     "ensure_schema",
     "inspect_file",
+    "mend",
+    "mend_schema",
     "migration_connection",
     "read_state",
+    "schema_drift",
     "script_location",
+    "table_damage",
 ]
 
 #: the newest revision under migrations/versions; a test keeps it equal to Alembic's head
@@ -70,6 +82,8 @@ class FileState:
     revisions: tuple[str, ...]
     #: the names of its tables, SQLite's own excepted
     tables: frozenset[str]
+    #: its rows of `sqlite_master` (`tunecache.store.schema.SCHEMA_QUERY`)
+    objects: tuple[SchemaRow, ...] = ()
 
     @property
     def revision(self) -> str | None:
@@ -113,6 +127,7 @@ def inspect_file(path: Path, busy_timeout: float) -> FileState:
     with busy_errors(path, busy_timeout):
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
         try:
+            never_checkpoint(conn)
             return read_state(conn.execute)
         finally:
             conn.close()
@@ -121,16 +136,13 @@ def inspect_file(path: Path, busy_timeout: float) -> FileState:
 def read_state(run: Callable[[str], Iterable[Sequence[Any]]]) -> FileState:
     """The FileState of a database, read with `run`: a function that executes one SQL statement
     on a connection to it (stdlib sqlite3's `execute`, SQLAlchemy's `exec_driver_sql`)."""
-    tables = frozenset(
-        str(row[0])
-        for row in run(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    )
+    # sqlite_master's columns are text (sql NULL for an automatic index): no conversion needed.
+    objects = cast("tuple[SchemaRow, ...]", tuple(map(tuple, run(schema.SCHEMA_QUERY))))
+    tables = frozenset(name for type_, name, _, _ in objects if type_ == "table")
     revisions: tuple[str, ...] = ()
     if "alembic_version" in tables:
         revisions = tuple(str(row[0]) for row in run("SELECT version_num FROM alembic_version"))
-    return FileState(revisions, tables)
+    return FileState(revisions, tables, objects)
 
 
 def _known_revisions() -> set[str]:
@@ -171,6 +183,66 @@ def check_writable_schema(state: FileState, path: Path) -> None:
             f"cache database {path} is stamped at revision {revision!r} but lacks the tables "
             f"{', '.join(sorted(missing))}; it is damaged"
         )
+    damaged = table_damage(state)
+    if damaged:
+        raise StoreError(
+            f"cache database {path} is damaged: its tables are not those of its revision "
+            f"{revision!r} ({schema.describe(damaged)})"
+        )
+
+
+def table_damage(state: FileState) -> tuple[Drift, ...]:
+    """The tables of the file that are missing, or altered from what its revision has: a
+    column, key or unique constraint changed (a table only written differently is not)."""
+    found = [d for d in schema.drift(state.objects, state.revision) if d.holds_data]
+    if not any(d.change == "altered" for d in found):
+        return tuple(found)
+    sql = {(type_, name): text for type_, name, _, text in state.objects}
+    expected = _expected_objects()
+    return tuple(
+        d
+        for d in found
+        if d.change != "altered"
+        or _structure(sql[("table", d.name)], d.name)
+        != _structure(expected[("table", d.name)][1], d.name)
+    )
+
+
+def _structure(sql: str | None, table: str) -> object:
+    """What a table is, as SQLite reads its CREATE statement: its columns, foreign keys and
+    unique constraints, whatever the text's spelling and order."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(sql or "")
+        quoted = table.replace('"', '""')
+        unique = []
+        for _, index, is_unique, origin, partial in conn.execute(f'PRAGMA index_list("{quoted}")'):
+            columns = [row[2] for row in conn.execute(f"PRAGMA index_info('{index}')")]
+            unique.append((is_unique, origin, partial, columns))
+        return (
+            conn.execute(f'PRAGMA table_xinfo("{quoted}")').fetchall(),
+            sorted(row[2:] for row in conn.execute(f'PRAGMA foreign_key_list("{quoted}")')),
+            sorted(unique),
+            "AUTOINCREMENT" in (sql or "").upper(),
+        )
+    except sqlite3.Error:
+        return None  # not a table SQLite can read: altered
+    finally:
+        conn.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _expected_objects() -> dict[tuple[str, str], tuple[str, str | None]]:
+    """The objects a new cache is created with, (type, name) -> (table, SQL): what `mend` makes
+    again. Read from a database in memory made by `create_all`, once per process."""
+    engine = create_engine("sqlite://")
+    try:
+        with engine.begin() as conn:
+            Base.metadata.create_all(conn)
+            rows = conn.exec_driver_sql(schema.SCHEMA_QUERY).fetchall()
+    finally:
+        engine.dispose()
+    return {(str(t), str(n)): (str(table), sql) for t, n, table, sql in rows}
 
 
 def current_revision(conn: Connection) -> str | None:
@@ -238,6 +310,48 @@ def ensure_schema(engine: Engine, path: Path) -> Outcome:
             return Outcome.CREATED
         _upgrade(conn, path)
         return Outcome.UPGRADED
+
+
+def schema_drift(conn: Connection) -> tuple[Drift, ...]:
+    """The indexes, views and triggers of the database on `conn` that are not those of its
+    revision: what `mend` would make again or drop."""
+    state = read_state(conn.exec_driver_sql)
+    return tuple(d for d in schema.drift(state.objects, state.revision) if not d.holds_data)
+
+
+def mend(conn: Connection) -> tuple[Drift, ...]:
+    """Make again, in the caller's write transaction, every index and view of revision HEAD that
+    the database on `conn` lacks or has altered, and drop indexes and triggers on tunecache's
+    tables that no revision has; what it changed. None of them holds data. A database at
+    another revision is left as it is (an older one is upgraded first)."""
+    state = read_state(conn.exec_driver_sql)
+    if state.revision != HEAD:
+        return ()
+    found = tuple(d for d in schema.drift(state.objects, HEAD) if not d.holds_data)
+    if not found:
+        return ()
+    expected = _expected_objects()
+    # An object of another kind under a name the revision gives an index or view is dropped
+    # too (one namespace holds them all); a table of that name holds data, and is not.
+    taken = {name: type_ for type_, name, _, _ in state.objects if type_ != "table"}
+    drops = [(d.type, d.name) for d in found if d.change != "missing"]
+    drops += [(taken[d.name], d.name) for d in found if taken.get(d.name, d.type) != d.type]
+    for type_, name in drops:
+        quoted = name.replace('"', '""')
+        conn.exec_driver_sql(f'DROP {type_.upper()} IF EXISTS "{quoted}"')
+    for d in found:
+        if d.change != "unexpected":
+            sql = expected[(d.type, d.name)][1]
+            assert sql is not None
+            conn.exec_driver_sql(sql)
+    return found
+
+
+def mend_schema(engine: Engine, path: Path, busy_timeout: float) -> tuple[Drift, ...]:
+    """`mend` in one write transaction of its own (the writers' lock held, the drift found again
+    under it: of several processes mending at once, one does the work)."""
+    with busy_errors(path, busy_timeout), transaction(engine) as conn:
+        return mend(conn)
 
 
 def _upgrade(conn: Connection, path: Path) -> None:

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from tunecache.errors import StoreBusyError, StoreError
+from tunecache.errors import StoreBusyError, StoreError, TunecacheWarning
+from tunecache.store import schema
 from tunecache.store.access import write_denied
 from tunecache.store.filesystems import database_stat, no_room, open_for_reading
 
@@ -47,6 +49,7 @@ __all__ = [
     "FILTERS",
     "HEAD",
     "MODEL_COLUMNS",
+    "REPAIR",
     "VERDICT_COLUMNS",
     "VIEWS",
     "CacheReader",
@@ -92,6 +95,8 @@ FILTERS = ("entry_id", "key", "signature", "op", "model", "status", "older_than"
 CHUNK = 500
 #: how long a read waits for a lock (a writer's recovery of a WAL file), as the store does
 DEFAULT_TIMEOUT = 30.0
+#: the command that makes a damaged schema's indexes and views again
+REPAIR = "tunecache doctor --repair"
 
 # The views' columns in the orders above.
 _ENTRY_SELECT = (
@@ -199,8 +204,9 @@ class CacheReader:
         found = cls._connect(cache.path, cache.device.fingerprint, cache.busy_timeout, None)
         if found is None:
             raise StoreError(
-                f"cannot read cache database {cache.path}: it lacks the read-contract views "
-                f"({', '.join(VIEWS)})"
+                f"cannot read cache database {cache.path}: it lacks some of the read-contract "
+                f"views ({', '.join(VIEWS)}), or has them altered; run `{REPAIR}` to make them "
+                "again"
             )
         found.readonly_reason = cache.readonly_reason
         return found
@@ -220,29 +226,42 @@ class CacheReader:
         except sqlite3.Error:
             return None
         try:
-            ready = cls._check(conn, revisions)
+            drift = cls._check(conn, revisions)
         except sqlite3.Error:
-            ready = False
-        if not ready:
+            drift = None
+        if drift is None:
             conn.close()
             return None
+        if drift:
+            warnings.warn(
+                f"cache database {path}: its schema is damaged ({schema.describe(drift)}); "
+                f"run `{REPAIR}` to make it whole",
+                TunecacheWarning,
+                stacklevel=4,
+            )
         return cls(path, device, conn)
 
     @staticmethod
-    def _check(conn: sqlite3.Connection, revisions: tuple[str, ...] | None) -> bool:
-        """Whether the file has one revision, one of `revisions` (any, for None), and every
-        view."""
-        names = {
-            str(name)
-            for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-                " AND (name = 'alembic_version' OR name LIKE 'read\\_%\\_v1' ESCAPE '\\')"
-            )
-        }
+    def _check(
+        conn: sqlite3.Connection, revisions: tuple[str, ...] | None
+    ) -> tuple[schema.Drift, ...] | None:
+        """How the file's indexes and views differ from its revision's (`schema.drift`), where
+        it has one revision, one of `revisions` (any, for None: a file the store has opened),
+        and every view as its revision has it; None where it has not, or where a table differs
+        from its revision's and the store has not yet judged whether that is damage."""
+        objects = conn.execute(schema.SCHEMA_QUERY).fetchall()
+        names = {str(name) for type_, name, _, _ in objects if type_ in ("table", "view")}
         if "alembic_version" not in names or not names.issuperset(VIEWS):
-            return False
+            return None
         stamped = [str(v) for (v,) in conn.execute("SELECT version_num FROM alembic_version")]
-        return len(stamped) == 1 and (revisions is None or stamped[0] in revisions)
+        if len(stamped) != 1 or (revisions is not None and stamped[0] not in revisions):
+            return None
+        drift = schema.drift(objects, stamped[0])
+        if revisions is not None and any(d.holds_data for d in drift):
+            return None
+        if any(d.type == "view" and d.name in VIEWS for d in drift):
+            return None
+        return tuple(d for d in drift if not d.holds_data)
 
     @property
     def revision(self) -> str:

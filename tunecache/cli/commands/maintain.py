@@ -113,8 +113,9 @@ def _print_prune(report: Any, limit: int | None) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check the database: integrity, schema revision, WAL size, stale and orphaned rows. It
-    says what it would repair, and repairs only with --repair. Exit 1 if problems remain."""
+    """Check the database: integrity, schema revision and objects, WAL size, stale and orphaned
+    rows. It says what it would repair, and repairs only with --repair. Exit 1 if problems
+    remain."""
     from tunecache import maintain
 
     existing(location(args))  # a check of a cache that is not there creates none
@@ -133,6 +134,9 @@ def _print_doctor(report: Any) -> None:
     console.print(f"revision: {report.revision} (this tunecache: {report.head})")
     console.print(f"size: {report.database_bytes} bytes, WAL {report.wal_bytes} bytes")
     console.print(f"devices: {report.devices}, entries: {report.entries}")
+    from tunecache.store.wal import note
+
+    console.print(f"sqlite: {note()}")
     if report.problems:
         rows = ([p.kind, str(p.count), p.detail, _repair(p)] for p in report.problems)
         console.print(render.table("problems", "problem", "rows", "what", "repair", rows=rows))

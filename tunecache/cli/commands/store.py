@@ -26,8 +26,10 @@ __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", 
 def cmd_where(args: argparse.Namespace) -> int:
     """Print the device identity and where its cache lives; it reads, and creates nothing.
     With --db, a file that is not there is an error; at the device's own location, where it
-    says the cache is not created yet."""
+    says the cache is not created yet. The last line is the SQLite library's version with its
+    known WAL defects."""
     from tunecache.errors import NoCacheError
+    from tunecache.store.wal import note
 
     found = location(args)
     device = found["device"]
@@ -67,6 +69,7 @@ def cmd_where(args: argparse.Namespace) -> int:
         fields.append(("database", f"{info['database']} (not created yet)"))
     if "readonly_reason" in info:
         fields.append(("read-only", info["readonly_reason"]))
+    fields.append(("sqlite", note()))
     for name, value in fields:
         print(f"{name + ':':<{width + 1}} {value}")
     return 0
