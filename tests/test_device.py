@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import pickle
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_another_client_must_say_its_version() -> None:
 )
 def test_bad_fields_are_refused(device: Device, change: dict[str, object]) -> None:
     with pytest.raises(TunecacheError):
-        dataclasses.replace(device, **change)  # type: ignore[arg-type]
+        device.replace(**change)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -122,16 +123,37 @@ def test_every_checked_field_makes_another_device(
     device: Device, field: str, value: object
 ) -> None:
     assert field in CHECKED_FIELDS
-    other = dataclasses.replace(device, **{field: value})  # type: ignore[arg-type]
+    other = device.replace(**{field: value})  # type: ignore[arg-type]
     assert other.fingerprint != device.fingerprint
     assert device.differences(other) == [field]
     with pytest.raises(DeviceMismatchError, match=field):
         device.require_same(other, "an imported cache")
-    device.require_same(dataclasses.replace(device))  # the same identity passes
+    device.require_same(device.replace())  # the same identity passes
 
 
 def test_checked_fields_are_every_field(device: Device) -> None:
     # A field added to Device but not to CHECKED_FIELDS would be silently ignored when
     # comparing devices: the two lists must stay one.
-    assert tuple(f.name for f in dataclasses.fields(device)) == CHECKED_FIELDS
+    assert device.__match_args__ == CHECKED_FIELDS
     assert set(device.as_dict()) == set(CHECKED_FIELDS)
+
+
+def test_a_device_is_an_immutable_value(device: Device) -> None:
+    same = Device(*device.fields)
+    assert same == device and hash(same) == hash(device) and same is not device
+    assert device != device.with_threads(device.threads + 1)
+    assert device != device.fields  # a value of its own class only, as a dataclass
+    assert repr(device) == (
+        f"Device(cpu={device.cpu!r}, threads={device.threads!r}, accelerator=None, "
+        f"client={device.client!r}, client_version={device.client_version!r})"
+    )
+    with pytest.raises(AttributeError, match="cannot assign to field 'threads'"):
+        device.threads = 4
+    with pytest.raises(AttributeError):
+        del device.cpu
+    for copied in (copy.copy(device), copy.deepcopy(device), pickle.loads(pickle.dumps(device))):
+        assert copied == device and type(copied) is Device
+    assert device.replace(threads=3).threads == 3
+    assert device.replace(threads=3).as_dict() == {**device.as_dict(), "threads": 3}
+    with pytest.raises(TypeError):
+        device.replace(gpu="x")  # type: ignore[call-arg]

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError
+from tunecache.frozen import Frozen, fill
 from tunecache.maintain.reports import Report, aware
 from tunecache.store.reading import ENTRY_STATUSES, FILTERS, CacheReader
 
+# Not `typing` at run time: `tunecache list` starts without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from datetime import datetime
+    from typing import Any
+
     from tunecache.cache import Cache
 
 __all__ = [
@@ -32,10 +35,15 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class EntryInfo(Report):
+class EntryInfo(Frozen, Report):
     """One decision as `tunecache list` shows it."""
 
+    # Frozen, not a frozen dataclass: `tunecache list` starts without importing dataclasses.
+    __match_args__ = (
+        "id", "key", "signature", "dims", "choice", "heuristic", "speedup", "status",
+        "checksum", "validated_by", "masked_by", "run_id", "created_at", "updated_at",
+    )  # fmt: skip
+    __slots__ = __match_args__
     id: int
     key: str
     signature: str
@@ -50,6 +58,28 @@ class EntryInfo(Report):
     run_id: int | None
     created_at: datetime
     updated_at: datetime
+
+    def __init__(
+        self,
+        id: int,
+        key: str,
+        signature: str,
+        dims: str,
+        choice: str,
+        heuristic: str | None,
+        speedup: float | None,
+        status: str,
+        checksum: str,
+        validated_by: tuple[str, ...],
+        masked_by: tuple[str, ...],
+        run_id: int | None,
+        created_at: datetime,
+        updated_at: datetime,
+    ) -> None:
+        fill(
+            self, id, key, signature, dims, choice, heuristic, speedup, status, checksum,
+            validated_by, masked_by, run_id, created_at, updated_at,
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         """This entry as `list --json` prints it (the fields as `Report.as_dict` gives them,
@@ -158,16 +188,28 @@ def list_entries(
     return list(found)
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSummary(Report):
+class ModelSummary(Frozen, Report):
     """A model seen by this cache, with its verdicts on this device's entries."""
 
+    __match_args__ = ("name", "fingerprint", "validated", "masked", "first_seen", "last_verdict")
+    __slots__ = __match_args__
     name: str
     fingerprint: str
     validated: int
     masked: int
     first_seen: datetime
     last_verdict: datetime | None
+
+    def __init__(
+        self,
+        name: str,
+        fingerprint: str,
+        validated: int,
+        masked: int,
+        first_seen: datetime,
+        last_verdict: datetime | None,
+    ) -> None:
+        fill(self, name, fingerprint, validated, masked, first_seen, last_verdict)
 
 
 def models(cache: Cache | CacheReader) -> list[ModelSummary]:
