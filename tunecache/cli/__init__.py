@@ -21,13 +21,18 @@ from __future__ import annotations
 
 from tunecache.cli import commands
 from tunecache.cli.app import main
-
-# The subcommand functions, as tunecache.cli.cmd_* has always named them.
-from tunecache.cli.commands import *  # noqa: F403  (commands.__all__ is the list)
 from tunecache.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE
 from tunecache.cli.options import STATUSES
 from tunecache.cli.parser import build_parser
 from tunecache.cli.render import Progress
+
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    # The subcommand functions, as tunecache.cli.cmd_* has always named them.
+    from tunecache.cli.commands import *  # noqa: F403  (commands.__all__ is the list)
 
 __all__ = [
     "main",
@@ -40,3 +45,13 @@ __all__ = [
     "Progress",
     *commands.__all__,
 ]
+
+
+def __getattr__(name: str) -> Callable[..., int]:
+    # PEP 562: tunecache.cli.cmd_* as tunecache.cli.commands loads each, on first use, so that
+    # a run of one subcommand imports none of the other subcommands' modules.
+    if name in commands.__all__:
+        value: Callable[..., int] = getattr(commands, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,16 +7,20 @@ a traceback only under TUNECACHE_DEBUG=1. tunecache's own warnings are one line 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TextIO
 
 from tunecache.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from tunecache.cli.parser import build_parser
 from tunecache.errors import TunecacheError, TunecacheWarning
+
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+    from typing import TextIO
 
 __all__ = ["main", "show_warning"]
 
