@@ -13,7 +13,6 @@ from tunecache.frozen import Frozen, fill
 from tunecache.identity import (
     CHECKED_FIELDS,
     Fields,
-    Identity,
     check_fields,
     cpu_model,
     detect_fields,
@@ -27,6 +26,8 @@ from tunecache.identity import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TypedDict, Unpack
+
+    from tunecache.keywords import Identity
 
     class _Changes(TypedDict, total=False):
         cpu: str

@@ -1,8 +1,9 @@
 """The fields of a device identity: detecting, checking and hashing them.
 
 `tunecache.device.Device` is the public value built from these. This module is kept free of
-dataclasses (whose import pulls in `inspect`, ~15 ms) because the resolver's cold start needs a
-device fingerprint and nothing else.
+dataclasses (whose import pulls in `inspect`, ~15 ms) and of `typing` because the resolver's
+cold start needs a device fingerprint and nothing else; `Identity`, the TypedDict of the
+identity's keyword options, lives in `tunecache.keywords` and loads on first use.
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ import os
 import re
 import sys
 from functools import lru_cache
-from typing import TypedDict
 
 from tunecache._digest import sha256
 from tunecache._version import __version__
 from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from tunecache.keywords import Identity
 
 __all__ = [
     "CHECKED_FIELDS",
@@ -33,18 +39,6 @@ __all__ = [
 
 #: the checked fields' values, in CHECKED_FIELDS order
 Fields = tuple[str, int, "str | None", str, str]
-
-
-class Identity(TypedDict, total=False):
-    """The keyword options that name a device identity (`detect_fields`, `tunecache.detect`):
-    each one left out is detected, or takes the default `detect_fields` gives it. Their names
-    are CHECKED_FIELDS."""
-
-    client: str
-    client_version: str | None
-    threads: int | None
-    accelerator: str | None
-    cpu: str | None
 
 
 #: the fields that make two devices different; every one is compared, none is advisory
@@ -202,3 +196,12 @@ def detect_fields(
     )
     check_fields(*values)
     return values
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: Identity is a TypedDict, and `typing` is no part of the resolver's start.
+    if name == "Identity":
+        from tunecache.keywords import Identity
+
+        return Identity
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import option
 
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from tunecache.store.reading import CacheReader
 
 __all__ = ["DEVICE", "device", "location", "open_cache", "read_cache"]

@@ -15,9 +15,12 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO
 
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from rich.console import Console
     from rich.table import Table
 

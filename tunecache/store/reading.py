@@ -28,12 +28,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import StoreBusyError, StoreError
 from tunecache.store.access import frozen, write_denied
 
+# Not `typing` at run time: the read commands start without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from tunecache.cache import Cache
 
 __all__ = [

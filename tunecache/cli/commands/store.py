@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import TYPE_CHECKING, Any
 
 from tunecache.cli import render
 from tunecache.cli.device import location, read_cache
 from tunecache.cli.exits import EXIT_PROBLEMS
 from tunecache.cli.options import FILTERS, option_values, shown_limit
-from tunecache.keys import format_key
 
+# Not `typing` at run time: the read commands start without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Console
     from rich.table import Table
 
@@ -270,6 +272,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _print_explanation(explanation: Any) -> None:
     """The key as the resolver read it, then each step it took."""
+    from tunecache.keys import format_key
+
     print(f"key: {format_key(explanation.key)}")
     for step in explanation.steps:
         print(f"  {step}")
