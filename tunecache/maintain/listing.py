@@ -29,6 +29,7 @@ __all__ = [
     "checked",
     "entry_infos",
     "iter_entries",
+    "iter_rows",
     "list_entries",
     "models",
     "reading",
@@ -114,23 +115,31 @@ def reading(source: Cache | CacheReader) -> Iterator[CacheReader]:
         yield reader
 
 
+def _entry_rows(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Entries (rows of `reading.ENTRY_COLUMNS`) with the models that validated or masked
+    each: tuples of EntryInfo's fields, in order."""
+    names: dict[int, dict[str, list[str]]] = {}
+    for entry_id, model, verdict in reader.verdict_names([row[0] for row in found]):
+        by = names.get(entry_id)
+        if by is None:
+            by = names[entry_id] = {"validated": [], "masked": []}
+        if model not in by[verdict]:
+            by[verdict].append(model)
+    # ENTRY_COLUMNS are EntryInfo's fields but the verdicts', which come after checksum.
+    out = []
+    for row in found:
+        by = names.get(row[0])
+        if by is None:
+            out.append((*row[:9], (), (), *row[9:]))
+        else:
+            out.append((*row[:9], tuple(by["validated"]), tuple(by["masked"]), *row[9:]))
+    return out
+
+
 def entry_infos(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[EntryInfo]:
     """Entries (rows of `reading.ENTRY_COLUMNS`) as `list` shows them, with the models that
     validated or masked each."""
-    names: dict[int, dict[str, list[str]]] = {}
-    for entry_id, model, verdict in reader.verdict_names([row[0] for row in found]):
-        by = names.setdefault(entry_id, {"validated": [], "masked": []})
-        if model not in by[verdict]:
-            by[verdict].append(model)
-    empty: dict[str, list[str]] = {"validated": [], "masked": []}
-    out = []
-    for row in found:
-        by = names.get(row[0], empty)
-        # ENTRY_COLUMNS are EntryInfo's fields but the verdicts', which come after checksum.
-        # (mypy counts no arguments in a row of unknown length, then two too many after it.)
-        validated, masked = tuple(by["validated"]), tuple(by["masked"])
-        out.append(EntryInfo(*row[:9], validated, masked, *row[9:]))  # type: ignore[call-arg]
-    return out
+    return [EntryInfo(*fields) for fields in _entry_rows(reader, found)]
 
 
 def checked(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,6 +151,22 @@ def checked(where: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("older_than", "newer_than"):
         aware(where.get(name), name)
     return dict(where)
+
+
+def iter_rows(
+    source: Cache | CacheReader,
+    where: Mapping[str, Any] = MappingProxyType({}),
+    *,
+    limit: int | None = None,
+) -> Generator[tuple[Any, ...], None, None]:
+    """`iter_entries`'s entries, each as the tuple of its EntryInfo's fields, in order: what a
+    listing of any size prints, without building a value for each row it only shows."""
+    if limit is not None and (isinstance(limit, bool) or limit < 0):
+        raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
+    chosen = checked(where)
+    with reading(source) as reader:
+        for chunk in reader.entries(chosen, limit=limit):
+            yield from _entry_rows(reader, chunk)
 
 
 def iter_entries(
@@ -157,12 +182,9 @@ def iter_entries(
     Everything comes from one read transaction, which is held until the generator is exhausted
     or closed (`contextlib.closing` closes one left unfinished).
     """
-    if limit is not None and (isinstance(limit, bool) or limit < 0):
-        raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
-    chosen = checked(where)
-    with reading(source) as reader:
-        for chunk in reader.entries(chosen, limit=limit):
-            yield from entry_infos(reader, chunk)
+    with contextlib.closing(iter_rows(source, where, limit=limit)) as rows:
+        for fields in rows:
+            yield EntryInfo(*fields)
 
 
 def list_entries(
