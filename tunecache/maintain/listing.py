@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
     from tunecache.cache import Cache
 
+    #: an entry as `iter_rows` gives it: its row of `reading.ENTRY_COLUMNS`, the models that
+    #: validated it and those that masked it
+    ListedEntry = tuple[tuple[Any, ...], tuple[str, ...], tuple[str, ...]]
+
 __all__ = [
     "EntryInfo",
     "ModelSummary",
@@ -115,9 +119,9 @@ def reading(source: Cache | CacheReader) -> Iterator[CacheReader]:
         yield reader
 
 
-def _entry_rows(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Entries (rows of `reading.ENTRY_COLUMNS`) with the models that validated or masked
-    each: tuples of EntryInfo's fields, in order."""
+def _with_verdicts(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[ListedEntry]:
+    """Entries (rows of `reading.ENTRY_COLUMNS`), each with the models that validated it and
+    those that masked it."""
     names: dict[int, dict[str, list[str]]] = {}
     for entry_id, model, verdict in reader.verdict_names([row[0] for row in found]):
         by = names.get(entry_id)
@@ -125,21 +129,26 @@ def _entry_rows(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[t
             by = names[entry_id] = {"validated": [], "masked": []}
         if model not in by[verdict]:
             by[verdict].append(model)
-    # ENTRY_COLUMNS are EntryInfo's fields but the verdicts', which come after checksum.
-    out = []
+    out: list[ListedEntry] = []
     for row in found:
         by = names.get(row[0])
         if by is None:
-            out.append((*row[:9], (), (), *row[9:]))
+            out.append((row, (), ()))
         else:
-            out.append((*row[:9], tuple(by["validated"]), tuple(by["masked"]), *row[9:]))
+            out.append((row, tuple(by["validated"]), tuple(by["masked"])))
     return out
+
+
+def _info(row: tuple[Any, ...], validated: tuple[str, ...], masked: tuple[str, ...]) -> EntryInfo:
+    # ENTRY_COLUMNS are EntryInfo's fields but the verdicts', which come after checksum.
+    # (mypy counts no arguments in a row of unknown length, then two too many after it.)
+    return EntryInfo(*row[:9], validated, masked, *row[9:])  # type: ignore[call-arg]
 
 
 def entry_infos(reader: CacheReader, found: Sequence[tuple[Any, ...]]) -> list[EntryInfo]:
     """Entries (rows of `reading.ENTRY_COLUMNS`) as `list` shows them, with the models that
     validated or masked each."""
-    return [EntryInfo(*fields) for fields in _entry_rows(reader, found)]
+    return [_info(*entry) for entry in _with_verdicts(reader, found)]
 
 
 def checked(where: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,15 +167,16 @@ def iter_rows(
     where: Mapping[str, Any] = MappingProxyType({}),
     *,
     limit: int | None = None,
-) -> Generator[tuple[Any, ...], None, None]:
-    """`iter_entries`'s entries, each as the tuple of its EntryInfo's fields, in order: what a
-    listing of any size prints, without building a value for each row it only shows."""
+) -> Generator[ListedEntry, None, None]:
+    """`iter_entries`'s entries as plain data: each its row of `reading.ENTRY_COLUMNS`, the
+    models that validated it and those that masked it. What a listing of any size prints,
+    without building a value for each row it only shows."""
     if limit is not None and (isinstance(limit, bool) or limit < 0):
         raise BadArgumentError(f"limit must be a non-negative integer, got {limit!r}")
     chosen = checked(where)
     with reading(source) as reader:
         for chunk in reader.entries(chosen, limit=limit):
-            yield from _entry_rows(reader, chunk)
+            yield from _with_verdicts(reader, chunk)
 
 
 def iter_entries(
@@ -183,8 +193,8 @@ def iter_entries(
     or closed (`contextlib.closing` closes one left unfinished).
     """
     with contextlib.closing(iter_rows(source, where, limit=limit)) as rows:
-        for fields in rows:
-            yield EntryInfo(*fields)
+        for row, validated, masked in rows:
+            yield _info(row, validated, masked)
 
 
 def list_entries(

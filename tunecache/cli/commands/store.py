@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from tunecache.maintain.listing import ListedEntry
+
 __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", "cmd_sql"]
 
 
@@ -64,20 +66,20 @@ _LIST_COLUMNS = (
 _NARROW = ((6, 0), (7, 0), (1, 32))
 
 
-def _row_cells() -> Callable[[tuple[Any, ...]], tuple[str, ...]]:
-    """A function from the tuple of a decision's EntryInfo fields
-    (`tunecache.maintain.listing.iter_rows`) to its row of `list`."""
+def _row_cells() -> Callable[[ListedEntry], tuple[str, ...]]:
+    """A function from an entry as `tunecache.maintain.listing.iter_rows` gives it (its row of
+    ENTRY_COLUMNS, the models that validated it and those that masked it) to its row of
+    `list`."""
     # A listing is in update order, so the entries of one batch, which share their time, come
     # one after another: their time is drawn once (drawing it costs as much as the rest of a
     # row).
     time: Any = None
     drawn = "-"
 
-    def cells(row: tuple[Any, ...]) -> tuple[str, ...]:
+    def cells(entry: ListedEntry) -> tuple[str, ...]:
         nonlocal time, drawn
-        entry_id, key, _, _, choice, heuristic, speedup, status, _, validated, masked, _, _, at = (
-            row
-        )
+        row, validated, masked = entry
+        entry_id, key, _, _, choice, heuristic, speedup, status, _, _, _, at = row
         if at != time:
             time, drawn = at, render.when(at)
         return (
