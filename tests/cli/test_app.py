@@ -120,3 +120,21 @@ def test_a_tunecache_warning_is_one_line_and_any_other_left_to_python(
     with pytest.warns(UserWarning, match="not ours"):
         show_warning(UserWarning("not ours"), UserWarning, "some.py", 3)
     assert capsys.readouterr().err == ""
+
+
+def test_the_script_runs_main_and_leaves_what_it_made_to_the_exit() -> None:
+    # `run` is what the `tunecache` script and `python -m tunecache` call: main's status, and
+    # the objects of the run frozen for the collector, whose passes at exit would walk them.
+    probe = (
+        "import gc, sys\n"
+        "from tunecache.cli import run\n"
+        "sys.argv = ['tunecache', 'where', '--json']\n"
+        "before = gc.get_freeze_count()\n"
+        "status = run()\n"
+        "print(status, gc.isenabled(), before, gc.get_freeze_count() > 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split()[-4:] == ["0", "True", "0", "True"]
+    assert json.loads(done.stdout[: done.stdout.rindex("}") + 1])["entries"] == 0

@@ -20,7 +20,7 @@ table), `options` (argument types and option tables), `device` (the device optio
 from __future__ import annotations
 
 from tunecache.cli import commands
-from tunecache.cli.app import main
+from tunecache.cli.app import main, run
 from tunecache.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE
 from tunecache.cli.options import STATUSES
 from tunecache.cli.parser import build_parser
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "main",
+    "run",
     "build_parser",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",

@@ -3,10 +3,12 @@
 A TunecacheError is its message and its own exit code; a usage error is argparse's usage and
 EXIT_USAGE; Ctrl-C is EXIT_INTERRUPTED; anything else is an internal error (EXIT_INTERNAL), with
 a traceback only under TUNECACHE_DEBUG=1. tunecache's own warnings are one line on stderr.
+`run` is `main` for a process that exits when it returns: the `tunecache` script.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import warnings
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import TextIO
 
-__all__ = ["main", "show_warning"]
+__all__ = ["main", "run", "show_warning"]
 
 _original_showwarning = warnings.showwarning
 
@@ -78,3 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def run() -> int:
+    """Run the command line on sys.argv as the `tunecache` script does, in a process that
+    exits next; returns the exit status."""
+    try:
+        return main()
+    finally:
+        # The exit collects garbage over every object the run left, more than once: 2 ms of
+        # the 20 that `tunecache where` takes. The command has closed what it opened, and the
+        # memory goes back to the system either way, so the collector is told to skip them.
+        gc.freeze()
