@@ -191,10 +191,15 @@ def rows_table(
     out.write(line(columns) + "\n")
     count = 0
     for batch in itertools.chain((first,), _batches(stream)):
-        if batch:
+        if not batch:
+            continue
+        if terminal or any(len(cells) != size for cells in batch):
+            # Cells cut to the screen, or a row of the wrong size, which `line` refuses.
             out.write("\n".join(map(line, batch)) + "\n")
-            count += len(batch)
-            out.flush()
+        else:
+            out.write("\n".join([template % tuple(cells) for cells in batch]) + "\n")
+        count += len(batch)
+        out.flush()
     return count
 
 
