@@ -12,9 +12,10 @@ left unrepaired (`doctor`) or another tunecache error; 2 bad argument or key; 3 
 bad file; 4 device mismatch; 5 store error; 6 store busy; 7 schema too new; 8 read-only;
 64 bad usage; 70 an internal error; 130 interrupted.
 
-The modules, from the top: `app` (`main`: errors to exit statuses), `parser` (the subcommand
-table), `options` (argument types and option tables), `device` (the device options),
-`commands` (one function a subcommand), `render` (tables, JSON, cells, progress), `exits`.
+The modules, from the top: `app` (`main`: errors to exit statuses; `run`, what the `tunecache`
+script calls), `parser` (the subcommand table), `options` (argument types and option tables),
+`device` (the device options), `commands` (one function a subcommand, each module imported
+when one of its subcommands runs), `render` (tables, JSON, cells, progress), `exits`.
 """
 
 from __future__ import annotations
