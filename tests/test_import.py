@@ -144,3 +144,31 @@ def test_a_read_command_opens_a_cache_that_is_not_ready_through_the_store(tmp_pa
     assert _store_modules(_command_modules(["where", "--db", str(db)])) == set()
     assert _store_modules(_command_modules(["where"])) == set()
     assert not (tmp_path / "cache-root").exists()
+
+
+def test_a_command_loads_only_its_own_subcommands_module() -> None:
+    with Cache.open() as cache:
+        cache.put("op_m4", choice="b", candidates=["a", "b"], heuristic="a")
+    commands = "tunecache.cli.commands."
+    for argv, home in ((["list"], "store"), (["where"], "store"), (["doctor"], "maintain")):
+        loaded = {m for m in _command_modules(argv) if m.startswith(commands)}
+        assert loaded == {commands + home}, argv
+    # --help describes every subcommand, so it loads them all.
+    every = {commands + name for name in ("store", "maintain", "exchange", "tuning")}
+    assert every <= _modules_after(
+        "import contextlib, io\n"
+        "from tunecache.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+    )
+
+
+def test_where_and_list_start_without_dataclasses_typing_or_the_keys() -> None:
+    # Each costs a start of `tunecache where` milliseconds of the 20 or so it takes (dataclasses
+    # pulls in inspect and ast, about 6 ms; typing 2 ms; the keys compile their patterns), and
+    # the read commands are held to 3x a bare `import sqlite3` (tools/bench_cli.py).
+    with Cache.open() as cache:
+        cache.put("op_m4", choice="b", candidates=["a", "b"], heuristic="a")
+    loaded = _command_modules(["where"], ["list"], ["show", "--limit", "1"])
+    assert {"dataclasses", "inspect", "typing", "tunecache.keys"} & loaded == set()
+    assert "tunecache.maintain.listing" in loaded

@@ -9,22 +9,24 @@ opened for writing (`tunecache.open`), never on the read path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from tunecache import errors
 from tunecache._version import __version__
 
 # Every exception and warning tunecache raises, as tunecache.errors lists them.
 from tunecache.errors import *  # noqa: F403
-from tunecache.keys import Key, format_key, make_key, parse
 
+# Not `typing` at run time: importing tunecache stays cheap.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from tunecache.bucketing import Bucketing
     from tunecache.cache import Cache, Entry
     from tunecache.cache import open_cache as open
     from tunecache.codec import CandidateTiming, TimingRecord
     from tunecache.device import Device, detect
     from tunecache.dispatch import Tunable, profile, tunable
+    from tunecache.keys import Key, format_key, make_key, parse
     from tunecache.resolve import Answer, Table, current, set_default, using
 
 __all__ = [
@@ -57,6 +59,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Key": ("tunecache.keys", "Key"),
+    "format_key": ("tunecache.keys", "format_key"),
+    "make_key": ("tunecache.keys", "make_key"),
+    "parse": ("tunecache.keys", "parse"),
     "Device": ("tunecache.device", "Device"),
     "detect": ("tunecache.device", "detect"),
     "Bucketing": ("tunecache.bucketing", "Bucketing"),
@@ -77,12 +83,13 @@ _LAZY = {
 
 
 #: submodules reachable as attributes of the package without importing them first
-_SUBMODULES = frozenset({"accept", "bench", "stats", "triton", "tune"})
+_SUBMODULES = frozenset({"accept", "bench", "keys", "stats", "triton", "tune"})
 
 
 def __getattr__(name: str) -> Any:
     # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only; the
-    # resolver's load sqlite3, which a program that never consults a cache need not pay for.
+    # resolver's load sqlite3, which a program that never consults a cache need not pay for,
+    # and the keys' compile their patterns, which `tunecache where` and `list` never use.
     if name in _LAZY:
         import importlib
 

@@ -7,7 +7,11 @@ neither predicate accepts one. Each caller keeps its own bounds, error type and 
 from __future__ import annotations
 
 import math
-from typing import TypeGuard
+
+# Not `typing` at run time: the resolver and the read commands start without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeGuard
 
 __all__ = ["is_finite", "is_int", "is_real"]
 

@@ -8,14 +8,11 @@ other (pyperf's `_CHECKED_METADATA` follows the same rule).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Unpack
-
 from tunecache.errors import DeviceMismatchError
+from tunecache.frozen import Frozen, fill
 from tunecache.identity import (
     CHECKED_FIELDS,
     Fields,
-    Identity,
     check_fields,
     cpu_model,
     detect_fields,
@@ -24,6 +21,21 @@ from tunecache.identity import (
     slugify,
     usable_cpus,
 )
+
+# Not `typing` itself at run time: `tunecache where` and the resolver's start need none of it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypedDict, Unpack
+
+    from tunecache.keywords import Identity
+
+    class _Changes(TypedDict, total=False):
+        cpu: str
+        threads: int
+        accelerator: str | None
+        client: str
+        client_version: str
+
 
 __all__ = [
     "CHECKED_FIELDS",
@@ -35,18 +47,25 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
+class Device(Frozen):
     """One device identity: the checked fields a decision is valid for."""
 
+    # A Frozen value rather than a frozen dataclass: every command and the resolver build one
+    # at their start, and `dataclasses` costs a process about 6 ms to import.
+    # CHECKED_FIELDS, written out: mypy checks a match statement against literals only.
+    __match_args__ = ("cpu", "threads", "accelerator", "client", "client_version")
+    __slots__ = __match_args__
     cpu: str
     threads: int
     accelerator: str | None
     client: str
     client_version: str
 
-    def __post_init__(self) -> None:
-        check_fields(*self.fields)
+    def __init__(
+        self, cpu: str, threads: int, accelerator: str | None, client: str, client_version: str
+    ) -> None:
+        check_fields(cpu, threads, accelerator, client, client_version)
+        fill(self, cpu, threads, accelerator, client, client_version)
 
     @property
     def dirname(self) -> str:
@@ -65,7 +84,7 @@ class Device:
 
     def as_dict(self) -> dict[str, str | int | None]:
         """The checked fields by name, for display and for export."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return dict(zip(CHECKED_FIELDS, self.fields, strict=True))
 
     def differences(self, other: Device) -> list[str]:
         """The checked fields on which `other` differs from this device."""
@@ -80,9 +99,15 @@ class Device:
             )
             raise DeviceMismatchError(f"{what} is for another device: {shown}")
 
+    def replace(self, **changes: Unpack[_Changes]) -> Device:
+        """This device with the fields `changes` names set to new values (a different
+        identity, checked as any other), as `dataclasses.replace` would build it."""
+        # Unknown names fail as a call of Device with them would.
+        return Device(**{**self.as_dict(), **changes})  # type: ignore[arg-type]
+
     def with_threads(self, threads: int) -> Device:
         """The same device at another thread-pool size (a different identity)."""
-        return replace(self, threads=threads)
+        return self.replace(threads=threads)
 
 
 def detect(**identity: Unpack[Identity]) -> Device:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+# Not `typing` at run time: every start of tunecache imports this module.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tunecache.tune import TuneReport
 

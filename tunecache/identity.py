@@ -1,8 +1,9 @@
 """The fields of a device identity: detecting, checking and hashing them.
 
 `tunecache.device.Device` is the public value built from these. This module is kept free of
-dataclasses (whose import pulls in `inspect`, ~15 ms) because the resolver's cold start needs a
-device fingerprint and nothing else.
+dataclasses (whose import pulls in `inspect`, ~15 ms) and of `typing` because the resolver's
+cold start needs a device fingerprint and nothing else; `Identity`, the TypedDict of the
+identity's keyword options, lives in `tunecache.keywords` and loads on first use.
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ import os
 import re
 import sys
 from functools import lru_cache
-from typing import TypedDict
 
 from tunecache._digest import sha256
 from tunecache._version import __version__
 from tunecache.checks import is_int
 from tunecache.errors import BadArgumentError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from tunecache.keywords import Identity
 
 __all__ = [
     "CHECKED_FIELDS",
@@ -35,31 +41,49 @@ __all__ = [
 Fields = tuple[str, int, "str | None", str, str]
 
 
-class Identity(TypedDict, total=False):
-    """The keyword options that name a device identity (`detect_fields`, `tunecache.detect`):
-    each one left out is detected, or takes the default `detect_fields` gives it. Their names
-    are CHECKED_FIELDS."""
-
-    client: str
-    client_version: str | None
-    threads: int | None
-    accelerator: str | None
-    cpu: str | None
-
-
 #: the fields that make two devices different; every one is compared, none is advisory
 CHECKED_FIELDS = ("cpu", "threads", "accelerator", "client", "client_version")
 
 _SLUG_MAX = 64
-_SLUG_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!-]{0,63}$")
-_CLIENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_DIGITS = "0123456789"
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
+_ALNUM = _DIGITS + _LOWER + _LOWER.upper()
+# Every ASCII character that is not a letter, a digit or "_" (what regular expressions call a
+# word character) as a space: a name's words are then what str.split() gives.
+_NOT_WORD = {n: " " for n in range(128) if not (chr(n).isalnum() or chr(n) == "_")}
+
+
+def _matches(value: object, first: str, rest: str, most: int) -> bool:
+    """Whether `value` is a str of one character of `first`, then at most `most` - 1 of `rest`,
+    and nothing else: as `re.match(f"^[{first}][{rest}]{{0,{most - 1}}}$", value)` (so it also
+    allows one trailing newline, as `$` does), without compiling a pattern at every start."""
+    if not isinstance(value, str):
+        return False
+    body = value[:-1] if value.endswith("\n") else value
+    return 0 < len(body) <= most and body[0] in first and not body[1:].strip(rest)
+
+
+def _slug_of_ascii(text: str) -> str:
+    """`slugify` of text that is ASCII, on one line (what /proc/cpuinfo and drivers give),
+    without its patterns, which cost a process's start a quarter of a millisecond to compile:
+    the same steps, in terms of words (runs of letters, digits and "_")."""
+    low = text.lower()
+    for mark in ("(r)", "(tm)", "(c)"):
+        low = low.replace(mark, " ")
+    at = low.find("@")
+    words = (low if at < 0 else low[:at]).translate(_NOT_WORD).split()
+    kept = [w for w in words if w not in ("cpu", "processor")]
+    # "_" is a word character, but no slug character: it separates as the rest do.
+    slug = "-".join(part for word in kept for part in word.split("_") if part)
+    return slug[:_SLUG_MAX].strip("-")
 
 
 def slugify(text: str) -> str:
     """Turn a free-form hardware name into a short, filesystem-safe, lowercase slug."""
     # Trademark marks and "CPU @ 2.40GHz" tails differ between kernels and hypervisors for the
     # same silicon; dropping them keeps one chip on one slug.
+    if isinstance(text, str) and text.isascii() and "\n" not in text:
+        return _slug_of_ascii(text) or "unknown"
     text = re.sub(r"\((r|tm|c)\)", " ", text, flags=re.IGNORECASE)
     text = re.sub(r"\b(cpu|processor)\b", " ", text, flags=re.IGNORECASE)
     text = re.sub(r"@.*$", " ", text)
@@ -69,7 +93,16 @@ def slugify(text: str) -> str:
 
 
 def _is_slug(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= _SLUG_MAX and bool(_SLUG_RE.match(value))
+    """Whether `value` is a slug: `^[a-z0-9]+(-[a-z0-9]+)*$` (re.match), at most _SLUG_MAX."""
+    if not isinstance(value, str) or len(value) > _SLUG_MAX:
+        return False
+    body = value[:-1] if value.endswith("\n") else value
+    return (
+        body[:1] not in ("", "-")
+        and not body.endswith("-")
+        and "--" not in body
+        and not body.strip(_DIGITS + _LOWER + "-")
+    )
 
 
 def _from_proc_cpuinfo(text: str) -> str | None:
@@ -161,11 +194,11 @@ def check_fields(
         raise BadArgumentError(
             f"device accelerator must be a slug like 'nvidia-h200' or None, got {accelerator!r}"
         )
-    if not isinstance(client, str) or not _CLIENT_RE.match(client):
+    if not _matches(client, _ALNUM, _ALNUM + "._-", 64):
         raise BadArgumentError(
             f"client name must be letters, digits, '.', '_' or '-', got {client!r}"
         )
-    if not isinstance(client_version, str) or not _VERSION_RE.match(client_version):
+    if not _matches(client_version, _ALNUM, _ALNUM + ".+!-", 64):
         raise BadArgumentError(
             f"client version must be letters, digits, '.', '+', '!' or '-', got {client_version!r}"
         )
@@ -202,3 +235,12 @@ def detect_fields(
     )
     check_fields(*values)
     return values
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: Identity is a TypedDict, and `typing` is no part of the resolver's start.
+    if name == "Identity":
+        from tunecache.keywords import Identity
+
+        return Identity
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

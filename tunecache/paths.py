@@ -16,13 +16,17 @@ import stat
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Unpack
 
 from tunecache.errors import BadArgumentError
-from tunecache.identity import CHECKED_FIELDS, Fields, Identity, detect_fields, dirname
+from tunecache.identity import CHECKED_FIELDS, Fields, detect_fields, dirname
 
+# Not `typing` at run time: `tunecache where` and `list` start without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Unpack
+
     from tunecache.device import Device
+    from tunecache.keywords import Identity, Location
 
 
 __all__ = [
@@ -140,18 +144,8 @@ def sqlite_uri(path: str | os.PathLike[str], **query: str) -> str:
     return f"file:{name}?{params}" if params else f"file:{name}"
 
 
-class Location(Identity, total=False):
-    """The keyword options that name a cache (`tunecache.open`, `Table.open`): a device
-    identity, or `device` itself, and the folder (`root`) or the very file (`path`) of its
-    database."""
-
-    root: str | os.PathLike[str] | None
-    path: str | os.PathLike[str] | None
-    device: Device | None
-
-
-#: the names of every option that names a cache (Location's)
-LOCATION_OPTIONS = frozenset(Location.__optional_keys__)
+#: the names of every option that names a cache (those of Location, which a test keeps equal)
+LOCATION_OPTIONS = frozenset({*CHECKED_FIELDS, "root", "path", "device"})
 
 
 def check_options(given: Iterable[str], caller: str, allowed: Iterable[str]) -> None:
@@ -182,3 +176,13 @@ def locate(
         return fields, explicit_path(path)
     cpu_, threads_, _, client_, version = fields
     return fields, database_path_of(client_, version, cpu_, threads_, root)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: Location, the TypedDict of these options, lives in tunecache.keywords, and
+    # `typing` costs `tunecache where` and `list` 2 ms to import.
+    if name == "Location":
+        from tunecache.keywords import Location
+
+        return Location
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -145,3 +145,21 @@ def test_output_into_a_pipe_closed_early_is_exit_0_and_no_message(tmp_path: Path
     assert child.wait(timeout=120) == 0, said
     assert b"key" in first
     assert said == ""
+
+
+def test_the_script_runs_main_and_leaves_what_it_made_to_the_exit() -> None:
+    # `run` is what the `tunecache` script and `python -m tunecache` call: main's status, and
+    # the objects of the run frozen for the collector, whose passes at exit would walk them.
+    probe = (
+        "import gc, sys\n"
+        "from tunecache.cli import run\n"
+        "sys.argv = ['tunecache', 'where', '--json']\n"
+        "before = gc.get_freeze_count()\n"
+        "status = run()\n"
+        "print(status, gc.isenabled(), before, gc.get_freeze_count() > 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split()[-4:] == ["0", "True", "0", "True"]
+    assert json.loads(done.stdout[: done.stdout.rindex("}") + 1])["entries"] == 0

@@ -102,6 +102,14 @@ def test_a_rows_table_is_aligned_by_its_first_rows_and_loses_nothing_to_a_pipe(
     empty = io.StringIO()
     assert render.rows_table(("a", "b"), [], out=empty) == 0
     assert empty.getvalue() == "a  b\n"
+    # A cell with a format's own characters is text like any other; a row of another size is
+    # a caller's mistake, refused, whether it comes among the first rows or after them.
+    odd = io.StringIO()
+    assert render.rows_table(("a", "b"), [("%s", "{0}"), ("100%", "%d")], out=odd) == 2
+    assert odd.getvalue().splitlines() == ["a     b", "%s    {0}", "100%  %d"]
+    for late in (0, 3):
+        with pytest.raises(ValueError):
+            render.rows_table(("a", "b"), [("x", "y")] * late + [("z",)], out=io.StringIO())
 
 
 def test_a_rows_table_on_a_terminal_narrows_the_columns_it_may_and_cuts_their_cells(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import fields
 from datetime import datetime, timedelta
 
 import pytest
@@ -122,7 +121,7 @@ def test_a_reader_of_the_file_lists_what_the_cache_lists(filled: Filled) -> None
 def test_an_entry_as_json_is_every_field_as_reports_write_them(filled: Filled) -> None:
     for entry in maintain.list_entries(filled.cache):
         assert entry.as_dict() == jsonable(entry) and list(entry.as_dict()) == [
-            f.name for f in fields(entry)
+            *type(entry).__match_args__
         ]
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tunecache.errors import BadArgumentError
+from tunecache.frozen import Frozen, fill
 from tunecache.maintain.reports import Report, aware, jsonable
 
 
@@ -37,6 +38,25 @@ def test_a_report_is_json_data_field_by_field() -> None:
     }
     assert jsonable([when, (1, 2.5, "s")]) == ["2026-01-02T03:04:05+00:00", [1, 2.5, "s"]]
     assert jsonable(_Inner) is _Inner  # a class is a value, not a report
+
+
+class _Plain(Frozen, Report):
+    __match_args__ = ("when", "inner")
+    __slots__ = __match_args__
+    when: datetime
+    inner: _Inner
+
+    def __init__(self, when: datetime, inner: _Inner) -> None:
+        fill(self, when, inner)
+
+
+def test_a_frozen_report_is_json_data_as_a_dataclass_would_be() -> None:
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    shown = _Plain(when, _Inner(when, b"\x01"))
+    assert shown.as_dict() == {
+        "when": "2026-01-02T00:00:00+00:00",
+        "inner": {"when": "2026-01-02T00:00:00+00:00", "raw": "01"},
+    }
 
 
 def test_a_time_without_a_zone_is_refused() -> None:

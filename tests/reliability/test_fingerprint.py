@@ -7,7 +7,6 @@ from the other identity, in 100% of the cases (the count is printed).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,7 +97,7 @@ def test_another_device_never_sees_this_devices_decisions(
 ) -> None:
     with _open(DEVICE, layout) as cache:
         _tune(cache)
-    other = dataclasses.replace(DEVICE, **CHANGES[field])
+    other = DEVICE.replace(**CHANGES[field])
     assert other.differences(DEVICE) == [field]
     results = list(_answers(other, layout, NAMES))
     wrong = _served(results)
@@ -142,7 +141,7 @@ def test_an_export_of_another_device_is_refused_or_arrives_unvalidated(tmp_path:
         data = exchange.export_cache(cache)
     cases = 0
     for field, change in CHANGES.items():
-        other = dataclasses.replace(DEVICE, **change)
+        other = DEVICE.replace(**change)
         db = paths.database_path(other, root)
         with Cache.open(device=other, root=root) as cache:
             before = cache.count()

@@ -12,25 +12,32 @@ left unrepaired (`doctor`) or another tunecache error; 2 bad argument or key; 3 
 bad file; 4 device mismatch; 5 store error; 6 store busy; 7 schema too new; 8 read-only;
 64 bad usage; 70 an internal error; 130 interrupted.
 
-The modules, from the top: `app` (`main`: errors to exit statuses), `parser` (the subcommand
-table), `options` (argument types and option tables), `device` (the device options),
-`commands` (one function a subcommand), `render` (tables, JSON, cells, progress), `exits`.
+The modules, from the top: `app` (`main`: errors to exit statuses; `run`, what the `tunecache`
+script calls), `parser` (the subcommand table), `options` (argument types and option tables),
+`device` (the device options), `commands` (one function a subcommand, each module imported
+when one of its subcommands runs), `render` (tables, JSON, cells, progress), `exits`.
 """
 
 from __future__ import annotations
 
 from tunecache.cli import commands
-from tunecache.cli.app import main
-
-# The subcommand functions, as tunecache.cli.cmd_* has always named them.
-from tunecache.cli.commands import *  # noqa: F403  (commands.__all__ is the list)
+from tunecache.cli.app import main, run
 from tunecache.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE
 from tunecache.cli.options import STATUSES
 from tunecache.cli.parser import build_parser
 from tunecache.cli.render import Progress
 
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    # The subcommand functions, as tunecache.cli.cmd_* has always named them.
+    from tunecache.cli.commands import *  # noqa: F403  (commands.__all__ is the list)
+
 __all__ = [
     "main",
+    "run",
     "build_parser",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
@@ -40,3 +47,13 @@ __all__ = [
     "Progress",
     *commands.__all__,
 ]
+
+
+def __getattr__(name: str) -> Callable[..., int]:
+    # PEP 562: tunecache.cli.cmd_* as tunecache.cli.commands loads each, on first use, so that
+    # a run of one subcommand imports none of the other subcommands' modules.
+    if name in commands.__all__:
+        value: Callable[..., int] = getattr(commands, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,6 +2,6 @@
 
 import sys
 
-from tunecache.cli import main
+from tunecache.cli import run
 
-sys.exit(main())
+sys.exit(run())

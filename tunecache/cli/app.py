@@ -3,23 +3,29 @@
 A TunecacheError is its message and its own exit code; a usage error is argparse's usage and
 EXIT_USAGE; Ctrl-C is EXIT_INTERRUPTED; anything else is an internal error (EXIT_INTERNAL), with
 a traceback only under TUNECACHE_DEBUG=1. tunecache's own warnings are one line on stderr.
+`run` is `main` for a process that exits when it returns: the `tunecache` script.
 """
 
 from __future__ import annotations
 
-import argparse
+import gc
 import io
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TextIO
 
 from tunecache.cli.exits import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from tunecache.cli.parser import build_parser
 from tunecache.errors import TunecacheError, TunecacheWarning
 
-__all__ = ["main", "show_warning"]
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+    from typing import TextIO
+
+__all__ = ["main", "run", "show_warning"]
 
 _original_showwarning = warnings.showwarning
 
@@ -91,3 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def run() -> int:
+    """Run the command line on sys.argv as the `tunecache` script does, in a process that
+    exits next; returns the exit status."""
+    try:
+        return main()
+    finally:
+        # The exit collects garbage over every object the run left, more than once: 2 ms of
+        # the 20 that `tunecache where` takes. The command has closed what it opened, and the
+        # memory goes back to the system either way, so the collector is told to skip them.
+        gc.freeze()

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import option
 
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from tunecache.store.reading import CacheReader
 
 __all__ = ["DEVICE", "database", "device", "existing", "location", "open_cache", "read_cache"]

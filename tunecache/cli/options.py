@@ -11,12 +11,23 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
 
 from tunecache.cli.exits import UsageError
+from tunecache.frozen import Frozen, fill
+
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any, Protocol
+
+    class _Container(Protocol):
+        """What rows are added to: a parser, or one of its argument groups."""
+
+        def add_argument(self, *flags: str, **settings: Any) -> argparse.Action: ...
+
 
 __all__ = [
     "Option",
@@ -60,15 +71,22 @@ _DURATION = re.compile(r"(\d{1,9})([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-class Option(NamedTuple):
+class Option(Frozen):
     """One argument of a subcommand: its names, and the settings argparse takes for it.
 
-    (A NamedTuple rather than a dataclass: the command line builds its tables at every start,
-    and a dataclass costs half a millisecond to define.)
+    (Frozen rather than a dataclass or a NamedTuple: the command line builds its tables at
+    every start, and dataclasses and typing cost it milliseconds to import.)
     """
 
+    __match_args__ = ("flags", "settings")
+    __slots__ = __match_args__
     flags: tuple[str, ...]
-    settings: Mapping[str, Any] = MappingProxyType({})
+    settings: Mapping[str, Any]
+
+    def __init__(
+        self, flags: tuple[str, ...], settings: Mapping[str, Any] = MappingProxyType({})
+    ) -> None:
+        fill(self, flags, settings)
 
     @property
     def dest(self) -> str:
@@ -89,12 +107,6 @@ def option(*flags: str, **settings: Any) -> Option:
 def repeatable(flag: str, metavar: str, help: str) -> Option:
     """An option that may be given several times, collecting its values in a list."""
     return option(flag, action="append", default=[], metavar=metavar, help=help)
-
-
-class _Container(Protocol):
-    """What rows are added to: a parser, or one of its argument groups."""
-
-    def add_argument(self, *flags: str, **settings: Any) -> argparse.Action: ...
 
 
 def add_options(container: _Container, options: Iterable[Option]) -> None:

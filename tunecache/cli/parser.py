@@ -5,30 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
 
 from tunecache._version import __version__
-from tunecache.cli import options
-from tunecache.cli.commands import (
-    cmd_demo,
-    cmd_doctor,
-    cmd_evaluate,
-    cmd_explain,
-    cmd_export,
-    cmd_import,
-    cmd_inspect,
-    cmd_list,
-    cmd_merge,
-    cmd_models,
-    cmd_prune,
-    cmd_sql,
-    cmd_tune,
-    cmd_where,
-)
+from tunecache.cli import commands, options
 from tunecache.cli.device import DEVICE
 from tunecache.cli.exits import EXIT_USAGE
 from tunecache.cli.options import Option, add_options
+from tunecache.frozen import Frozen, fill
+
+# Not `typing` at run time: the command line starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 __all__ = ["Parser", "Subcommand", "SUBCOMMANDS", "build_parser"]
 
@@ -76,54 +65,68 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-class Subcommand(NamedTuple):
-    """One subcommand: its name, the function it runs, its one-line summary, its own options."""
+class Subcommand(Frozen):
+    """One subcommand: its name, its one-line summary, its own options, its other names; it
+    runs `tunecache.cli.commands.cmd_<name>`."""
 
+    __match_args__ = ("name", "summary", "options", "aliases")
+    __slots__ = __match_args__
     name: str
-    run: Callable[[argparse.Namespace], int]
     summary: str
-    options: tuple[Option, ...] = ()
-    aliases: tuple[str, ...] = ()
+    options: tuple[Option, ...]
+    aliases: tuple[str, ...]
+
+    def __init__(
+        self,
+        name: str,
+        summary: str,
+        options: tuple[Option, ...] = (),
+        aliases: tuple[str, ...] = (),
+    ) -> None:
+        fill(self, name, summary, options, aliases)
+
+    @property
+    def run(self) -> Callable[[argparse.Namespace], int]:
+        """The function it runs, whose docstring is its description: its module is imported
+        now, the first time (a run of one subcommand loads none of the others' modules)."""
+        found: Callable[[argparse.Namespace], int] = getattr(commands, f"cmd_{self.name}")
+        return found
 
 
 #: every subcommand, in the order `tunecache --help` lists them; each also takes the device
 #: options and --json, ahead of its own
 SUBCOMMANDS = (
-    Subcommand("where", cmd_where, "show this device's identity and its cache database"),
+    Subcommand("where", "show this device's identity and its cache database"),
     Subcommand(
         "list",
-        cmd_list,
         "list decisions, filtered by signature, op, model, status, age",
         options.LIST,
         aliases=("show",),
     ),
-    Subcommand("inspect", cmd_inspect, "show one entry's full evidence", options.INSPECT),
-    Subcommand("explain", cmd_explain, "how the resolver would answer a key", options.EXPLAIN),
-    Subcommand("models", cmd_models, "list the models seen, with their verdict counts"),
-    Subcommand("prune", cmd_prune, "remove old versions and stale entries", options.PRUNE),
-    Subcommand("export", cmd_export, "write this device's entries as CBOR", options.EXPORT),
-    Subcommand("import", cmd_import, "import an export file, all or nothing", options.IMPORT),
-    Subcommand("merge", cmd_merge, "merge another cache or an export file", options.MERGE),
-    Subcommand("doctor", cmd_doctor, "check the database; repair when asked", options.DOCTOR),
+    Subcommand("inspect", "show one entry's full evidence", options.INSPECT),
+    Subcommand("explain", "how the resolver would answer a key", options.EXPLAIN),
+    Subcommand("models", "list the models seen, with their verdict counts"),
+    Subcommand("prune", "remove old versions and stale entries", options.PRUNE),
+    Subcommand("export", "write this device's entries as CBOR", options.EXPORT),
+    Subcommand("import", "import an export file, all or nothing", options.IMPORT),
+    Subcommand("merge", "merge another cache or an export file", options.MERGE),
+    Subcommand("doctor", "check the database; repair when asked", options.DOCTOR),
     Subcommand(
         "tune",
-        cmd_tune,
         "tune models and keep only what makes them faster",
         (*options.TUNE_MODELS, *options.TUNE),
     ),
     Subcommand(
         "evaluate",
-        cmd_evaluate,
         "tune on some models, measure the cache on held-out ones",
         (*options.EVALUATE_MODELS, *options.MEASURE, *options.TUNE),
     ),
     Subcommand(
         "demo",
-        cmd_demo,
         "tune the example models on this device and report the change",
         (*options.DEMO_MODELS, *options.MEASURE, *options.TUNE),
     ),
-    Subcommand("sql", cmd_sql, "the database path, example queries, or run one", options.SQL),
+    Subcommand("sql", "the database path, example queries, or run one", options.SQL),
 )
 
 

@@ -76,7 +76,7 @@ def origin_device(source: Device, origin: str) -> Device:
     """
     tag = hashlib.sha256(f"{source.fingerprint}\n{origin}".encode()).hexdigest()[:8]
     suffix = ("." if "+" in source.client_version else "+") + f"origin.{tag}"
-    return replace(source, client_version=source.client_version[: 64 - len(suffix)] + suffix)
+    return source.replace(client_version=source.client_version[: 64 - len(suffix)] + suffix)
 
 
 def _plan(

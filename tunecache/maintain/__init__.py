@@ -16,11 +16,13 @@ sqlite3 (`tunecache.store.reading`) and never import SQLAlchemy; prune and docto
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from tunecache.errors import NotFoundError
 
+# Not `typing` at run time: `tunecache list` starts without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from tunecache.cache import Progress
     from tunecache.maintain.doctor import WAL_WARN_BYTES, DoctorReport, Problem, doctor
     from tunecache.maintain.inspection import (

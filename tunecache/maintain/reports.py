@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, cast
 
 from tunecache.errors import BadArgumentError
+from tunecache.frozen import Frozen
+
+# Not `typing` at run time: `tunecache list` starts without it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Report", "aware", "jsonable"]
 
@@ -18,7 +22,11 @@ def jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, bytes):
         return value.hex()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, Frozen):
+        return {name: jsonable(getattr(value, name)) for name in value.__match_args__}
+    if hasattr(type(value), "__dataclass_fields__"):  # an instance, not a dataclass itself
+        import dataclasses  # loaded already: it made the value's class
+
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
@@ -34,7 +42,8 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         """This value as JSON-ready data, one key per field."""
-        return cast(dict[str, Any], jsonable(self))
+        fields: dict[str, Any] = jsonable(self)
+        return fields
 
 
 def aware(value: datetime | None, what: str) -> datetime | None:

@@ -31,14 +31,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import StoreBusyError, StoreError, TunecacheWarning
 from tunecache.store import schema
 from tunecache.store.access import write_denied
 from tunecache.store.filesystems import database_stat, no_room, open_for_reading
 
+# Not `typing` at run time: the read commands start without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from tunecache.cache import Cache
 
 __all__ = [

@@ -22,10 +22,24 @@ for one comparison per schema it meets, about 0.3 ms, and a dictionary lookup af
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections import namedtuple
 
 from tunecache._digest import sha256
+
+# Not `typing` at run time: `tunecache where` starts without it (tests/test_import.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import NamedTuple
+
+    class _DriftFields(NamedTuple):
+        change: str
+        type: str
+        name: str
+
+else:
+    _DriftFields = namedtuple("_DriftFields", ("change", "type", "name"))
+
 
 __all__ = [
     "OBJECTS",
@@ -96,13 +110,11 @@ _CONSTRAINTS = ("CONSTRAINT ", "PRIMARY KEY(", "UNIQUE(", "CHECK(", "FOREIGN KEY
 _PUNCTUATION = tuple((spaced, mark) for mark in "()," for spaced in (" " + mark, mark + " "))
 
 
-class Drift(NamedTuple):
+class Drift(_DriftFields):
     """One way a file's schema differs from its revision's: `change` is "missing", "altered"
     or "unexpected" (an index or trigger on tunecache's tables that no revision has)."""
 
-    change: str
-    type: str
-    name: str
+    __slots__ = ()
 
     @property
     def holds_data(self) -> bool:

@@ -11,7 +11,10 @@ Stdlib only: the resolver and the read commands use it without SQLAlchemy.
 from __future__ import annotations
 
 import sqlite3
-from typing import NamedTuple
+from collections import namedtuple
+
+# Not `typing` at run time: `tunecache where` starts without it (tests/test_import.py).
+TYPE_CHECKING = False
 
 __all__ = [
     "SQLITE_VERSION",
@@ -30,20 +33,33 @@ Version = tuple[int, int, int]
 SQLITE_VERSION = sqlite3.sqlite_version
 
 
-class WalDefect(NamedTuple):
-    """A known SQLite defect in WAL mode, and the releases that have it (a named tuple: a
-    dataclass would cost every read command a millisecond to define)."""
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
-    name: str
-    #: what goes wrong, in a few words
-    summary: str
-    #: the first release that has it
-    first: Version
-    #: the first release of the main line without it
-    fixed: Version
-    #: the first patched release of older series that got the fix backported
-    backports: tuple[Version, ...]
-    url: str
+    class _WalDefectFields(NamedTuple):
+        name: str
+        #: what goes wrong, in a few words
+        summary: str
+        #: the first release that has it
+        first: Version
+        #: the first release of the main line without it
+        fixed: Version
+        #: the first patched release of older series that got the fix backported
+        backports: tuple[Version, ...]
+        url: str
+
+else:
+    _WalDefectFields = namedtuple(
+        "_WalDefectFields", ("name", "summary", "first", "fixed", "backports", "url")
+    )
+
+
+class WalDefect(_WalDefectFields):
+    """A known SQLite defect in WAL mode, and the releases that have it (a named tuple, built
+    by collections: a dataclass or typing's NamedTuple would cost every read command a
+    millisecond to define or import)."""
+
+    __slots__ = ()
 
     def affects(self, version: Version) -> bool:
         """Whether SQLite `version` has this defect."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,7 +42,7 @@ def test_prune_stale_against_a_candidates_file(
 def test_prune_versions(
     filled: Cache, capsys: pytest.CaptureFixture[str], _isolated_cache_root: Path
 ) -> None:
-    old = replace(filled.device, client_version="0.0.1")
+    old = filled.device.replace(client_version="0.0.1")
     with Cache.open(device=old) as stale:
         stale.put("conv_F32_m1", choice="direct", candidates=NAMES)
         folder = stale.path.parent.parent

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import TYPE_CHECKING, Any
 
 from tunecache.cli import render
 from tunecache.cli.device import database, existing, location, read_cache
 from tunecache.cli.exits import EXIT_PROBLEMS
 from tunecache.cli.options import FILTERS, option_values, shown_limit
-from tunecache.keys import format_key
 
+# Not `typing` at run time: the read commands start without it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from rich.console import Console
     from rich.table import Table
+
+    from tunecache.maintain.listing import ListedEntry
 
 __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", "cmd_sql"]
 
@@ -85,42 +90,57 @@ _LIST_COLUMNS = (
 _NARROW = ((6, 0), (7, 0), (1, 32))
 
 
-def _entry_cells(entry: Any) -> list[str]:
-    """One decision as a row of `list`."""
-    return [
-        str(entry.id),
-        entry.key,
-        entry.choice,
-        entry.heuristic or "-",
-        render.num(entry.speedup, "x"),
-        entry.status,
-        render.names(entry.validated_by),
-        render.names(entry.masked_by),
-        render.when(entry.updated_at),
-    ]
+def _row_cells() -> Callable[[ListedEntry], tuple[str, ...]]:
+    """A function from an entry as `tunecache.maintain.listing.iter_rows` gives it (its row of
+    ENTRY_COLUMNS, the models that validated it and those that masked it) to its row of
+    `list`."""
+    # A listing is in update order, so the entries of one batch, which share their time, come
+    # one after another: their time is drawn once (drawing it costs as much as the rest of a
+    # row).
+    time: Any = None
+    drawn = "-"
+
+    def cells(entry: ListedEntry) -> tuple[str, ...]:
+        nonlocal time, drawn
+        row, validated, masked = entry
+        entry_id, key, _, _, choice, heuristic, speedup, status, _, _, _, at = row
+        if at != time:
+            time, drawn = at, render.when(at)
+        return (
+            str(entry_id),
+            key,
+            choice,
+            heuristic or "-",
+            render.num(speedup, "x"),
+            status,
+            render.names(validated),
+            render.names(masked),
+            drawn,
+        )
+
+    return cells
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     """List this device's decisions, most recently updated first, filtered by signature, op,
     model, status or age. On a terminal the first 50 unless --limit or --all says otherwise."""
-    from tunecache.maintain.listing import checked, iter_entries
+    from tunecache.maintain.listing import checked, iter_entries, iter_rows
 
     filters = option_values(args, FILTERS)
     asked = filters.pop("limit")
     limit = shown_limit(args)
     query = checked(filters)
-    with (
-        read_cache(location(args)) as reader,
-        reader.snapshot(),
-        contextlib.closing(iter_entries(reader, query, limit=limit)) as found,
-    ):
+    with read_cache(location(args)) as reader, reader.snapshot():
         if args.json:
             # The count comes first, as it always has: the same snapshot counts the entries.
             total = reader.count(query)
             count = total if limit is None else min(total, limit)
-            render.json_stream({"count": count}, "entries", (e.as_dict() for e in found))
+            with contextlib.closing(iter_entries(reader, query, limit=limit)) as found:
+                render.json_stream({"count": count}, "entries", (e.as_dict() for e in found))
             return 0
-        shown = render.rows_table(_LIST_COLUMNS, map(_entry_cells, found), narrow=_NARROW)
+        # Rows as tuples, not EntryInfo values: a listing prints each and keeps none.
+        with contextlib.closing(iter_rows(reader, query, limit=limit)) as rows:
+            shown = render.rows_table(_LIST_COLUMNS, map(_row_cells(), rows), narrow=_NARROW)
         total = shown
         if asked is None and limit is not None and shown == limit:
             total = reader.count(query)
@@ -297,6 +317,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _print_explanation(explanation: Any) -> None:
     """The key as the resolver read it, then each step it took."""
+    from tunecache.keys import format_key
+
     print(f"key: {format_key(explanation.key)}")
     for step in explanation.steps:
         print(f"  {step}")
