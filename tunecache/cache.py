@@ -7,6 +7,7 @@ This is the storage-facing API that tuning, validation and maintenance build on.
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from tunecache.errors import (
     ReadOnlyStoreError,
     SchemaTooNewError,
     StoreError,
+    StoreMovedError,
     TunecacheError,
     TunecacheWarning,
 )
@@ -54,6 +56,11 @@ __all__ = [
 
 #: every keyword `Cache.open` (and `tunecache.open`) takes
 OPEN_OPTIONS = frozenset({"busy_timeout"}) | paths.LOCATION_OPTIONS
+
+# How many times one transaction reopens a cache whose file was moved aside or replaced before
+# it gives up with StoreMovedError: each reopen finds the live file under the writers' lock, so
+# a second move within one transaction's start means the file is being replaced in a loop.
+_REOPENS = 3
 
 #: a progress callback of long store operations (export, import, doctor): (what is being done,
 #: how much is done, out of how much)
@@ -111,6 +118,9 @@ class Cache:
         self.readonly_reason = readonly_reason
         self._engine = engine
         self._device_id: int | None = None
+        # Whether a damaged file at this path may be moved aside when the cache is reopened.
+        self._may_move = False
+        self._reopening = threading.Lock()
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -135,42 +145,33 @@ class Cache:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(f"cannot create cache folder {db.parent}: {error.strerror}") from error
-        health.check_filesystem(db)
-        denied = health.write_denied(db)
-        if denied is not None:
-            engine, reason = health.open_readonly(db, busy_timeout, denied)
-            return cls(
-                db, device, engine, busy_timeout=busy_timeout, outcome=None, readonly_reason=reason
-            )
         # A damaged file at tunecache's own location is moved aside for a fresh cache; one the
         # caller named is never moved.
-        quarantine.check(db, busy_timeout, may_move=location.get("path") is None)
-        # Look before writing: even switching the journal mode writes to the file, and a file
-        # this tunecache must not change is refused (or read) without being touched.
-        state = migrate.inspect_file(db, busy_timeout)
-        try:
-            migrate.check_writable_schema(state, db)
-        except SchemaTooNewError as error:
-            warnings.warn(str(error), TunecacheWarning, stacklevel=2)
-            engine = make_engine(db, busy_timeout=busy_timeout, readonly=True)
-            return cls(
-                db,
-                device,
-                engine,
-                busy_timeout=busy_timeout,
-                outcome=None,
-                readonly_reason=str(error),
-            )
-        engine = make_engine(db, busy_timeout=busy_timeout)
-        try:
-            with busy_errors(db, busy_timeout):
-                outcome = migrate.ensure_schema(engine, db)
-        except BaseException:
-            engine.dispose()
-            raise
-        return cls(
-            db, device, engine, busy_timeout=busy_timeout, outcome=outcome, readonly_reason=None
+        may_move = location.get("path") is None
+        engine, outcome, readonly_reason = _connect(db, busy_timeout, may_move=may_move)
+        cache = cls(
+            db,
+            device,
+            engine,
+            busy_timeout=busy_timeout,
+            outcome=outcome,
+            readonly_reason=readonly_reason,
         )
+        cache._may_move = may_move
+        return cache
+
+    def _reopen(self) -> None:
+        """Open the live cache at this path again, after the file this cache had open was
+        moved aside or replaced (StoreMovedError), with every check of `open`."""
+        with self._reopening:
+            old = self._engine
+            engine, _, self.readonly_reason = _connect(
+                self.path, self.busy_timeout, may_move=self._may_move
+            )
+            self._engine = engine
+            # Row ids belong to a file: the live one may number this device's row otherwise.
+            self._device_id = None
+            old.dispose()
 
     def close(self) -> None:
         """Close every connection; the cache cannot be used afterwards."""
@@ -201,19 +202,40 @@ class Cache:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
+        self._check_writable()
+        health.warn_wal_defects()
+        with busy_errors(self.path, self.busy_timeout), self._live(write=True) as conn:
+            yield conn
+
+    def _check_writable(self) -> None:
         if self.readonly_reason is not None:
             raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
-        health.warn_wal_defects()
-        with busy_errors(self.path, self.busy_timeout), transaction(self._engine) as conn:
-            yield conn
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
-        with (
-            busy_errors(self.path, self.busy_timeout),
-            transaction(self._engine, read=True) as conn,
-        ):
+        with busy_errors(self.path, self.busy_timeout), self._live(write=False) as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def _live(self, *, write: bool) -> Iterator[Connection]:
+        """A transaction on the file that is the cache now: one that begins on a file moved
+        aside or replaced meanwhile (the engine checks as it begins, under the writers' lock
+        for a write) reopens the cache and begins again there, so nothing is acknowledged
+        into a file that is no longer the cache. Only the beginning is retried: the block
+        runs once."""
+        for attempt in range(_REOPENS + 1):
+            with contextlib.ExitStack() as stack:
+                try:
+                    conn = stack.enter_context(transaction(self._engine, read=not write))
+                except StoreMovedError:
+                    if attempt == _REOPENS:
+                        raise
+                    self._reopen()
+                    if write:
+                        self._check_writable()
+                    continue
+                yield conn
+                return
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Transaction]:
@@ -480,6 +502,48 @@ class Cache:
                 # exception goes on. Only a session that finished reports the error.
                 if status == "finished":
                     raise
+
+
+def _connect(
+    db: Path, busy_timeout: float, *, may_move: bool
+) -> tuple[Engine, migrate.Outcome | None, str | None]:
+    """An engine on the cache database at `db`, what opening did to its schema, and why it is
+    read-only (None when it is not): every check of `Cache.open`, whose folder exists."""
+    for attempt in range(_REOPENS + 1):
+        try:
+            return _connect_once(db, busy_timeout, may_move=may_move)
+        except StoreMovedError:
+            # The file was swapped while this open set it up: open the one there now.
+            if attempt == _REOPENS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _connect_once(
+    db: Path, busy_timeout: float, *, may_move: bool
+) -> tuple[Engine, migrate.Outcome | None, str | None]:
+    health.check_filesystem(db)
+    denied = health.write_denied(db)
+    if denied is not None:
+        engine, reason = health.open_readonly(db, busy_timeout, denied)
+        return engine, None, reason
+    quarantine.check(db, busy_timeout, may_move=may_move)
+    # Look before writing: even switching the journal mode writes to the file, and a file
+    # this tunecache must not change is refused (or read) without being touched.
+    state = migrate.inspect_file(db, busy_timeout)
+    try:
+        migrate.check_writable_schema(state, db)
+    except SchemaTooNewError as error:
+        warnings.warn(str(error), TunecacheWarning, stacklevel=4)
+        return make_engine(db, busy_timeout=busy_timeout, readonly=True), None, str(error)
+    engine = make_engine(db, busy_timeout=busy_timeout)
+    try:
+        with busy_errors(db, busy_timeout):
+            outcome = migrate.ensure_schema(engine, db)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, outcome, None
 
 
 class Transaction:

@@ -6,6 +6,14 @@ SQLAlchemy's pysqlite documentation describes: a deferred transaction that reads
 has to upgrade its lock, and under concurrency that upgrade fails with SQLITE_BUSY or, worse,
 loses the write. Reads ask for a deferred `BEGIN` explicitly through `read_connection` (or
 `transaction(read=True)`); `transaction` is also what keeps a Ctrl-C from leaving a lock behind.
+
+Every transaction also checks, once it has begun (a writer: once it holds the writers' lock and
+SQLite's), that the file its connection opened is still the one at the path: a damaged cache
+moved aside (store/quarantine.py, under the writers' lock) or a file replaced by hand leaves
+open connections on a file that is no longer the cache, and SQLite goes on writing into it
+without a word. The check is one `os.stat` against the device and inode recorded when the
+connection opened; a mismatch rolls back and raises StoreMovedError, which `Cache` answers by
+reopening the live cache and running the transaction there.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
 
-from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
+from tunecache.errors import BadArgumentError, StoreBusyError, StoreError, StoreMovedError
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -33,10 +41,12 @@ __all__ = [
     "busy_errors",
     "check_timeout",
     "checkpoint",
+    "file_identity",
     "is_busy",
     "make_engine",
     "read_connection",
     "transaction",
+    "write_lock",
 ]
 
 #: seconds a writer waits for the lock before StoreBusyError
@@ -46,6 +56,8 @@ MAX_BUSY_TIMEOUT = 86400.0
 
 _READ_OPTION = "tunecache_read"
 _LOCK_INFO = "tunecache_write_lock"
+# The (device, inode) of the file a connection opened, or None where it could not be told.
+_FILE_INFO = "tunecache_file"
 # The write-queue lock each connection holds, by connection: the pool record's info (where the
 # hooks keep it too) is cleared when an interrupt invalidates the connection, and a lock lost
 # that way would block every later writer of this process until the deadline.
@@ -200,6 +212,28 @@ class _WriteQueue:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def write_lock(path: Path, timeout: float) -> Iterator[None]:
+    """Hold the writers' lock of the database at `path` (see _WriteQueue): no tunecache writer
+    begins a transaction on it meanwhile. StoreBusyError past `timeout` seconds."""
+    queue = _WriteQueue(path, timeout)
+    with busy_errors(path, timeout):
+        fd = queue.acquire()
+    try:
+        yield
+    finally:
+        queue.release(fd)
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the file at `path`, or None where there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def check_timeout(busy_timeout: object) -> float:
     """The lock deadline in seconds, refusing what is not a finite number from 0 to a day."""
     if (
@@ -231,7 +265,8 @@ def make_engine(
     to read a cache in a folder no one may write to (see `health.frozen`).
 
     One function on purpose: the connect, checkout, begin, commit and rollback listeners are
-    closures over this engine's path, deadline, mode and write queue, and are read together.
+    closures over this engine's path, deadline, mode and write queue, and are read together
+    (the connect listener records the file that the begin listener checks).
     """
     path = Path(path)
     busy_timeout = check_timeout(busy_timeout)
@@ -280,14 +315,50 @@ def make_engine(
 
     queue = _WriteQueue(path, busy_timeout)
 
+    @event.listens_for(engine, "do_connect")
+    def _on_do_connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+        # Which file the connection opened, for the check in _on_begin. The path names the
+        # same file before and after the open, so the open found that one; a file swapped in
+        # meanwhile leaves it unknown, and the first transaction reconnects. Where there is no
+        # file yet the open creates one, under the writers' lock so that no mover swaps a
+        # replacement in between (store/quarantine.py swaps under that lock).
+        if readonly:
+            return None
+        before = file_identity(path)
+        fd = queue.acquire() if before is None else -1
+        try:
+            connection = dialect.connect(*cargs, **cparams)
+            after = file_identity(path)
+        finally:
+            queue.release(fd)
+        record.info[_FILE_INFO] = after if before is None or before == after else None
+        return connection
+
+    def check_live(conn: Connection) -> None:
+        """Raise StoreMovedError, rolling back, if the connection's file is no longer the
+        one at the path."""
+        if conn.info.get(_FILE_INFO) is not None and conn.info[_FILE_INFO] == file_identity(path):
+            return
+        with contextlib.suppress(sqlite3.Error):
+            _raw(conn).execute("ROLLBACK")
+        raise StoreMovedError(
+            f"cache database {path} was moved aside or replaced while it was open: this "
+            "connection's file is no longer the one at that path; open the cache again"
+        )
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(_READ_OPTION) or readonly:
+        if readonly:
             conn.exec_driver_sql("BEGIN")
+            return
+        if conn.get_execution_options().get(_READ_OPTION):
+            conn.exec_driver_sql("BEGIN")
+            check_live(conn)
             return
         fd = queue.acquire()
         try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+            check_live(conn)
         except BaseException:
             queue.release(fd)
             raise
