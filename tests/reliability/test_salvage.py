@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability import damage
+from tests.reliability.harness import DEVICE
+from tunecache.cache import Cache
 
 ENTRIES = 3000
 
@@ -45,9 +47,16 @@ def test_one_garbage_table_page_loses_at_most_the_rows_it_held(
     assert trial.violations == []
     assert trial.intact == trial.kept  # what is kept is byte-equal to what was written
     assert 0 < trial.lost <= trial.cells
-    assert f"{trial.kept:,} entries kept, {trial.lost:,} lost" in damage.salvage_warning(
-        [trial.warning]
-    )
+    said = f"{trial.kept:,} entries kept, {trial.lost:,} lost"
+    assert said in damage.salvage_warning([trial.warning])
+    # doctor says so too, and finds nothing wrong with what was kept.
+    from tunecache.maintain import doctor
+
+    with Cache.open(device=DEVICE, root=tmp_path / "root") as cache:
+        report = doctor(cache)
+    assert report.salvaged is not None and said in report.salvaged, report.salvaged
+    assert "quarantine" in report.salvaged
+    assert report.healthy, report.problems
 
 
 @pytest.mark.parametrize("seed", range(6))

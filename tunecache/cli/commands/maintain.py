@@ -132,6 +132,8 @@ def _print_doctor(report: Any) -> None:
     console.print(f"revision: {report.revision} (this tunecache: {report.head})")
     console.print(f"size: {report.database_bytes} bytes, WAL {report.wal_bytes} bytes")
     console.print(f"devices: {report.devices}, entries: {report.entries}")
+    if report.salvaged:
+        console.print(f"salvaged from a damaged file: {report.salvaged}")
     if report.problems:
         rows = ([p.kind, str(p.count), p.detail, _repair(p)] for p in report.problems)
         console.print(render.table("problems", "problem", "rows", "what", "repair", rows=rows))
