@@ -34,6 +34,7 @@ from tunecache.keys import Key, parse
 from tunecache.store import bulk, health, migrate, quarantine, queries, rows
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
+    REOPENS,
     busy_errors,
     check_timeout,
     checkpoint,
@@ -56,11 +57,6 @@ __all__ = [
 
 #: every keyword `Cache.open` (and `tunecache.open`) takes
 OPEN_OPTIONS = frozenset({"busy_timeout"}) | paths.LOCATION_OPTIONS
-
-# How many times one transaction reopens a cache whose file was moved aside or replaced before
-# it gives up with StoreMovedError: each reopen finds the live file under the writers' lock, so
-# a second move within one transaction's start means the file is being replaced in a loop.
-_REOPENS = 3
 
 #: a progress callback of long store operations (export, import, doctor): (what is being done,
 #: how much is done, out of how much)
@@ -160,9 +156,9 @@ class Cache:
         cache._may_move = may_move
         return cache
 
-    def _reopen(self) -> None:
+    def _reopen(self) -> Engine:
         """Open the live cache at this path again, after the file this cache had open was
-        moved aside or replaced (StoreMovedError), with every check of `open`."""
+        moved aside or replaced (StoreMovedError), with every check of `open`; its engine."""
         with self._reopening:
             old = self._engine
             engine, _, self.readonly_reason = _connect(
@@ -172,6 +168,13 @@ class Cache:
             # Row ids belong to a file: the live one may number this device's row otherwise.
             self._device_id = None
             old.dispose()
+            return engine
+
+    def _reopen_writable(self) -> Engine:
+        """`_reopen`, for a write: the live cache may be one this process cannot write."""
+        engine = self._reopen()
+        self._check_writable()
+        return engine
 
     def close(self) -> None:
         """Close every connection; the cache cannot be used afterwards."""
@@ -204,7 +207,10 @@ class Cache:
     def _write(self) -> Iterator[Connection]:
         self._check_writable()
         health.warn_wal_defects()
-        with busy_errors(self.path, self.busy_timeout), self._live(write=True) as conn:
+        with (
+            busy_errors(self.path, self.busy_timeout),
+            transaction(self._engine, reopen=self._reopen_writable) as conn,
+        ):
             yield conn
 
     def _check_writable(self) -> None:
@@ -213,29 +219,11 @@ class Cache:
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
-        with busy_errors(self.path, self.busy_timeout), self._live(write=False) as conn:
+        with (
+            busy_errors(self.path, self.busy_timeout),
+            transaction(self._engine, read=True, reopen=self._reopen) as conn,
+        ):
             yield conn
-
-    @contextlib.contextmanager
-    def _live(self, *, write: bool) -> Iterator[Connection]:
-        """A transaction on the file that is the cache now: one that begins on a file moved
-        aside or replaced meanwhile (the engine checks as it begins, under the writers' lock
-        for a write) reopens the cache and begins again there, so nothing is acknowledged
-        into a file that is no longer the cache. Only the beginning is retried: the block
-        runs once."""
-        for attempt in range(_REOPENS + 1):
-            with contextlib.ExitStack() as stack:
-                try:
-                    conn = stack.enter_context(transaction(self._engine, read=not write))
-                except StoreMovedError:
-                    if attempt == _REOPENS:
-                        raise
-                    self._reopen()
-                    if write:
-                        self._check_writable()
-                    continue
-                yield conn
-                return
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Transaction]:
@@ -509,12 +497,12 @@ def _connect(
 ) -> tuple[Engine, migrate.Outcome | None, str | None]:
     """An engine on the cache database at `db`, what opening did to its schema, and why it is
     read-only (None when it is not): every check of `Cache.open`, whose folder exists."""
-    for attempt in range(_REOPENS + 1):
+    for attempt in range(REOPENS + 1):
         try:
             return _connect_once(db, busy_timeout, may_move=may_move)
         except StoreMovedError:
             # The file was swapped while this open set it up: open the one there now.
-            if attempt == _REOPENS:
+            if attempt == REOPENS:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 

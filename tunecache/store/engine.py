@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from tunecache.errors import BadArgumentError, StoreBusyError, StoreError, Store
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "MAX_BUSY_TIMEOUT",
+    "REOPENS",
     "busy_errors",
     "check_timeout",
     "checkpoint",
@@ -53,6 +54,10 @@ __all__ = [
 DEFAULT_BUSY_TIMEOUT = 30.0
 #: the longest lock wait accepted: "forever" is not a deadline
 MAX_BUSY_TIMEOUT = 86400.0
+#: how many times one transaction reopens a cache whose file was moved aside or replaced before
+#: it gives up with StoreMovedError: each reopen finds the file that is the cache under the
+#: writers' lock, so a file that moved again every time is being replaced in a loop
+REOPENS = 3
 
 _READ_OPTION = "tunecache_read"
 _LOCK_INFO = "tunecache_write_lock"
@@ -334,11 +339,19 @@ def make_engine(
         record.info[_FILE_INFO] = after if before is None or before == after else None
         return connection
 
+    where = os.fspath(path)
+
     def check_live(conn: Connection) -> None:
         """Raise StoreMovedError, rolling back, if the connection's file is no longer the
         one at the path."""
-        if conn.info.get(_FILE_INFO) is not None and conn.info[_FILE_INFO] == file_identity(path):
-            return
+        opened = conn.info.get(_FILE_INFO)
+        try:
+            now = os.stat(where)
+        except OSError:
+            pass
+        else:
+            if opened == (now.st_dev, now.st_ino):
+                return
         with contextlib.suppress(sqlite3.Error):
             _raw(conn).execute("ROLLBACK")
         raise StoreMovedError(
@@ -425,32 +438,49 @@ def _abandon(engine: Engine, conn: Connection) -> None:
 
 
 @contextlib.contextmanager
-def transaction(engine: Engine, *, read: bool = False) -> Iterator[Connection]:
+def transaction(
+    engine: Engine, *, read: bool = False, reopen: Callable[[], Engine] | None = None
+) -> Iterator[Connection]:
     """`engine.begin()` for tunecache: a write (or, with `read`, a deferred read) transaction,
     committed when the block ends and rolled back if it raises.
+
+    One that begins on a file that is no longer the one at its path (moved aside or replaced)
+    raises StoreMovedError; with `reopen`, it calls it for an engine on the live file and
+    begins again there (a few times at most). Only the beginning is retried: the block runs
+    once, on the file that is the cache.
 
     Ctrl-C can land anywhere in it, inside SQLAlchemy or a driver call. Then the connection is
     thrown away, the write queue's lock released, and the KeyboardInterrupt itself reaches the
     caller, not a follow-on error about the half-finished transaction: the process can go on to
     log that it was interrupted, with no lock left behind to block it.
     """
-    conn = engine.connect()
-    try:
-        if read:
-            conn.execution_options(**{_READ_OPTION: True})
-        with conn.begin():
-            yield conn
-    except BaseException as error:
-        interrupt = _interrupt_in(error)
-        if interrupt is None:
-            raise
-        _abandon(engine, conn)
-        if interrupt is error:
-            raise
-        raise interrupt from None
-    finally:
-        with contextlib.suppress(Exception):
-            conn.close()
+    for attempt in range(REOPENS + 1):
+        conn = engine.connect()
+        try:
+            if read:
+                conn.execution_options(**{_READ_OPTION: True})
+            try:
+                begun = conn.begin()
+            except StoreMovedError:
+                if reopen is None or attempt == REOPENS:
+                    raise
+                conn.close()
+                engine = reopen()
+                continue
+            with begun:
+                yield conn
+            return
+        except BaseException as error:
+            interrupt = _interrupt_in(error)
+            if interrupt is None:
+                raise
+            _abandon(engine, conn)
+            if interrupt is error:
+                raise
+            raise interrupt from None
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 @contextlib.contextmanager
