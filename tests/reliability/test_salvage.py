@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability import damage
+from tests.reliability import damage, harness
 from tests.reliability.harness import DEVICE
 from tunecache.cache import Cache
+from tunecache.store import migrate
 
 ENTRIES = 3000
 
@@ -72,3 +73,26 @@ def test_a_crash_in_the_middle_of_a_salvage_leaves_the_damaged_file_and_no_half_
 def window(template: Path, tmp_path_factory: pytest.TempPathFactory) -> float:
     """Seconds a salvage of the template takes, from its start to the end of its open."""
     return damage.salvage_window(tmp_path_factory.mktemp("salvage-window") / "root", template)
+
+
+@pytest.mark.parametrize(
+    "golden",
+    [g for g in harness.goldens() if harness.golden_revision(g) != migrate.HEAD],
+    ids=lambda g: g.name,
+)
+def test_a_damaged_cache_of_an_older_revision_is_salvaged_in_its_own_schema_then_upgraded(
+    tmp_path: Path, golden: Path
+) -> None:
+    root = tmp_path / "root"
+    db = damage.managed(root)
+    db.write_bytes(golden.read_bytes())
+    [page] = damage.tree_pages(db, "sqlite_autoindex_entries_1")
+    damage.garbage(db, page.number, seed=5)
+    cache, messages = damage.open_recording(root)
+    with cache:
+        assert cache.outcome is migrate.Outcome.UPGRADED
+        assert cache.revision() == migrate.HEAD
+    assert "3 entries kept, 0 lost" in damage.salvage_warning(messages)
+    before = harness.all_rows(golden)
+    assert harness.all_rows(db, before) == before
+    assert harness.structure_problems(db, every_entry_has_a_record=False) == []
