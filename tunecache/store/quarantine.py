@@ -195,7 +195,8 @@ def last_salvage(db: Path) -> tuple[Path, salvage.Salvage] | None:
     and lost, or None where none left a note."""
     folder = db.parent / QUARANTINE_DIR
     try:
-        moved = sorted(folder.glob(f"{db.name}.*"), key=lambda p: p.name.split(".")[-2:])
+        # Named <database>.<UTC time>.<pid>: the time sorts as text.
+        moved = sorted(folder.glob(f"{db.name}.*"), key=lambda p: p.name[len(db.name) :])
     except OSError:
         return None
     for dest in reversed(moved):
@@ -247,6 +248,6 @@ def check(db: Path, busy_timeout: float, *, may_move: bool) -> Path | None:
         f"cache database {db} was damaged ({reason}); it was moved aside with its -wal and "
         f"-shm to {dest}; {outcome}",
         TunecacheWarning,
-        stacklevel=4,
+        stacklevel=5,  # check, the cache's connect (twice), Cache.open, its caller
     )
     return dest

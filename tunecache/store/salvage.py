@@ -37,9 +37,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import exc
+
 from tunecache.errors import SchemaTooNewError, StoreError
 from tunecache.store import migrate
-from tunecache.store.engine import busy_errors, make_engine
+from tunecache.store.engine import busy_errors, is_busy, make_engine
 
 __all__ = ["SALVAGE_NOTE", "CannotSalvage", "Salvage", "is_corrupt", "salvage", "side_files"]
 
@@ -47,6 +49,13 @@ __all__ = ["SALVAGE_NOTE", "CannotSalvage", "Salvage", "is_corrupt", "salvage", 
 SALVAGE_NOTE = "SALVAGE.json"
 
 _CORRUPT_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR_SHORT_READ")
+_PASSING_CODES = (
+    "SQLITE_FULL",
+    "SQLITE_IOERR",
+    "SQLITE_CANTOPEN",
+    "SQLITE_READONLY",
+    "SQLITE_PERM",
+)
 _MIN_ROWID = -(2**63)
 _MAX_ROWID = 2**63 - 1
 # Rows copied per INSERT batch, so a table of any size is copied in bounded memory.
@@ -133,22 +142,41 @@ def salvage(source: Path, target: Path, busy_timeout: float) -> Salvage:
 
     `target` is replaced if it exists (what an earlier salvage cut short left). The caller holds
     the writers' lock of `source`, so nothing commits to it meanwhile. Raises CannotSalvage
-    where nothing can be read, StoreBusyError or StoreError where the file cannot be read for
-    a reason other than damage (then nothing should be moved); `target` is left only when
-    this returns.
+    where nothing can be read, or where the copy fails for any reason but one that passes
+    (then the damaged file is moved aside anyway: a damaged cache must never make every open
+    fail); StoreBusyError or StoreError where the files cannot be read or written for such a
+    reason (a lock held too long, a full disk: then nothing should be moved, and a later open
+    tries again). `target` is left only when this returns.
     """
     _remove(target)
     try:
         with contextlib.closing(_open_source(source, busy_timeout)) as src:
             revision, tables = _schema(src, source)
-            _create(src, target, revision, busy_timeout)
-            with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as dst:
-                found = _fill(src, dst, tables)
+            with busy_errors(target, busy_timeout):
+                _create(src, target, revision, busy_timeout)
+                with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as dst:
+                    found = _fill(src, dst, tables)
         _sync(target)
-    except BaseException:
+    except CannotSalvage:
         _remove(target)
         raise
+    except BaseException as error:
+        _remove(target)
+        driver = error.__cause__ if isinstance(error, StoreError) else error
+        if isinstance(driver, sqlite3.Error | exc.DBAPIError) and not _passes(driver):
+            raise CannotSalvage(f"the copy failed: {' '.join(str(error).split())}") from error
+        raise
     return found
+
+
+def _passes(error: BaseException) -> bool:
+    """Whether a driver error is one that goes away by itself (a lock, a full disk, a file
+    system that refused a write), not something about what the damaged file holds."""
+    if is_busy(error):
+        return True
+    orig = getattr(error, "orig", error)
+    name = str(getattr(orig, "sqlite_errorname", "") or "")
+    return name.startswith(_PASSING_CODES) and not is_corrupt(error)
 
 
 def _open_source(source: Path, busy_timeout: float) -> sqlite3.Connection:
@@ -239,7 +267,7 @@ def _fill(src: sqlite3.Connection, dst: sqlite3.Connection, tables: Sequence[str
     dst.execute("COMMIT")
     problems = [r[0] for r in dst.execute("PRAGMA integrity_check(5)")]
     if problems != ["ok"] or dst.execute("PRAGMA foreign_key_check").fetchone() is not None:
-        raise StoreError(f"the salvaged copy does not check out: {problems}")
+        raise CannotSalvage(f"the salvaged copy does not check out: {problems}")
     dst.execute("PRAGMA journal_mode = WAL")
     kept = {t: int(dst.execute(f"SELECT count(*) FROM {_quote(t)}").fetchone()[0]) for t in held}
     lost = {t: n - kept[t] for t, n in held.items() if n > kept[t] or not exact[t]}
@@ -441,7 +469,7 @@ def _drop_dangling(dst: sqlite3.Connection, tables: set[str]) -> None:
                 )
             else:
                 dst.execute(f"DELETE FROM {_quote(table)} WHERE rowid = ?", (rowid,))
-    raise StoreError("the salvaged rows still have dangling references after every pass")
+    raise CannotSalvage("the salvaged rows still have dangling references after every pass")
 
 
 def _sync(target: Path) -> None:
