@@ -349,3 +349,36 @@ def test_a_transaction_finds_the_device_row_and_logs_runs(cache: Cache) -> None:
     ]
     with cache.transaction() as tx:
         assert tx.device_id() == device_id
+
+
+def test_a_cache_whose_file_was_moved_aside_writes_and_reads_the_live_one(
+    cache: Cache, cache_at: Callable[..., Cache], device: object
+) -> None:
+    # Issue 16: a damaged cache moved aside while this one had it open. Its next transaction
+    # finds its file is no longer the one at the path, reopens the live cache and goes on
+    # there; nothing is acknowledged into the moved file.
+    from tunecache.device import Device
+
+    first = cache.put("op_F32_m1", choice=NAMES[0], candidates=NAMES)
+    moved = cache.path.with_name("moved.db")
+    for suffix in ("", "-wal", "-shm"):
+        source = cache.path.with_name(cache.path.name + suffix)
+        if source.exists():
+            source.rename(moved.with_name(moved.name + suffix))
+    # The live cache numbers another device's row first, so row ids differ from the old file.
+    assert isinstance(device, Device)
+    other = cache_at(cache.path, device=device.with_threads(2))
+    other.put("op_F32_m9", choice=NAMES[1], candidates=NAMES)
+    other.close()
+
+    second = cache.put("op_F32_m2", choice=NAMES[1], candidates=NAMES)
+    assert [e.key.text for e in cache.entries()] == [second.key.text]
+    assert cache.get("op_F32_m1") is None and cache.get("op_F32_m2") is not None
+    by_device = sql(
+        cache.path,
+        "SELECT d.threads, k.text FROM entries e JOIN devices d ON d.id = e.device_id "
+        "JOIN keys k ON k.id = e.key_id ORDER BY k.text",
+    )
+    assert by_device == [(cache.device.threads, "op_F32_m2"), (2, "op_F32_m9")]
+    assert sql(moved, "SELECT count(*) FROM entries") == [(1,)]
+    assert first.key.text == "op_F32_m1"

@@ -7,6 +7,7 @@ This is the storage-facing API that tuning, validation and maintenance build on.
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from tunecache.errors import (
     ReadOnlyStoreError,
     SchemaTooNewError,
     StoreError,
+    StoreMovedError,
     TunecacheError,
     TunecacheWarning,
 )
@@ -32,6 +34,7 @@ from tunecache.keys import Key, parse
 from tunecache.store import bulk, filesystems, health, migrate, quarantine, queries, rows, schema
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
+    REOPENS,
     busy_errors,
     check_timeout,
     checkpoint,
@@ -113,6 +116,9 @@ class Cache:
         self._device_id: int | None = None
         # What opening found in the schema that the first write makes again (see mend_schema).
         self._drift: tuple[schema.Drift, ...] = ()
+        # Whether a damaged file at this path may be moved aside when the cache is reopened.
+        self._may_move = False
+        self._reopening = threading.Lock()
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -139,49 +145,44 @@ class Cache:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(f"cannot create cache folder {db.parent}: {error.strerror}") from error
-        health.check_filesystem(db)
-        denied = health.write_denied(db)
-        if denied is not None:
-            engine, reason = health.open_readonly(db, busy_timeout, denied)
-            return cls(
-                db, device, engine, busy_timeout=busy_timeout, outcome=None, readonly_reason=reason
-            )
         # A damaged file at tunecache's own location is moved aside for a fresh cache; one the
         # caller named is never moved.
-        quarantine.check(db, busy_timeout, may_move=location.get("path") is None)
-        # Look before writing: even switching the journal mode writes to the file, and a file
-        # this tunecache must not change is refused (or read) without being touched.
-        state = migrate.inspect_file(db, busy_timeout)
-        try:
-            migrate.check_writable_schema(state, db)
-        except SchemaTooNewError as error:
-            warnings.warn(str(error), TunecacheWarning, stacklevel=2)
-            engine = make_engine(db, busy_timeout=busy_timeout, readonly=True)
-            return cls(
-                db,
-                device,
-                engine,
-                busy_timeout=busy_timeout,
-                outcome=None,
-                readonly_reason=str(error),
-            )
-        engine = make_engine(db, busy_timeout=busy_timeout)
-        try:
-            with busy_errors(db, busy_timeout):
-                outcome = migrate.ensure_schema(engine, db)
-        except BaseException:
-            engine.dispose()
-            raise
+        may_move = location.get("path") is None
+        engine, outcome, readonly_reason, drift = _connect(db, busy_timeout, may_move=may_move)
         cache = cls(
-            db, device, engine, busy_timeout=busy_timeout, outcome=outcome, readonly_reason=None
+            db,
+            device,
+            engine,
+            busy_timeout=busy_timeout,
+            outcome=outcome,
+            readonly_reason=readonly_reason,
         )
+        cache._may_move = may_move
         # An index or view gone or altered is made again by the first write (a repair is a
         # write, and a cache opened only to read, as doctor without --repair, writes nothing).
         # The file was read just before; the repair looks again under the writers' lock.
-        cache._drift = tuple(
-            d for d in schema.drift(state.objects, state.revision) if not d.holds_data
-        )
+        cache._drift = drift
         return cache
+
+    def _reopen(self) -> Engine:
+        """Open the live cache at this path again, after the file this cache had open was
+        moved aside or replaced (StoreMovedError), with every check of `open`; its engine."""
+        with self._reopening:
+            old = self._engine
+            engine, _, self.readonly_reason, self._drift = _connect(
+                self.path, self.busy_timeout, may_move=self._may_move
+            )
+            self._engine = engine
+            # Row ids belong to a file: the live one may number this device's row otherwise.
+            self._device_id = None
+            old.dispose()
+            return engine
+
+    def _reopen_writable(self) -> Engine:
+        """`_reopen`, for a write: the live cache may be one this process cannot write."""
+        engine = self._reopen()
+        self._check_writable()
+        return engine
 
     def close(self) -> None:
         """Close every connection; the cache cannot be used afterwards."""
@@ -212,8 +213,7 @@ class Cache:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
-        if self.readonly_reason is not None:
-            raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
+        self._check_writable()
         if self._drift:
             mended = self.mend_schema()
             if mended:
@@ -223,14 +223,21 @@ class Cache:
                     TunecacheWarning,
                     stacklevel=4,
                 )
-        with busy_errors(self.path, self.busy_timeout), transaction(self._engine) as conn:
+        with (
+            busy_errors(self.path, self.busy_timeout),
+            transaction(self._engine, reopen=self._reopen_writable) as conn,
+        ):
             yield conn
+
+    def _check_writable(self) -> None:
+        if self.readonly_reason is not None:
+            raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
         with (
             busy_errors(self.path, self.busy_timeout),
-            transaction(self._engine, read=True) as conn,
+            transaction(self._engine, read=True, reopen=self._reopen) as conn,
         ):
             yield conn
 
@@ -510,6 +517,50 @@ class Cache:
                 # exception goes on. Only a session that finished reports the error.
                 if status == "finished":
                     raise
+
+
+def _connect(
+    db: Path, busy_timeout: float, *, may_move: bool
+) -> tuple[Engine, migrate.Outcome | None, str | None, tuple[schema.Drift, ...]]:
+    """An engine on the cache database at `db`, what opening did to its schema, why it is
+    read-only (None when it is not), and the indexes and views its first write must make again
+    (`Cache.mend_schema`): every check of `Cache.open`, whose folder exists."""
+    for attempt in range(REOPENS + 1):
+        try:
+            return _connect_once(db, busy_timeout, may_move=may_move)
+        except StoreMovedError:
+            # The file was swapped while this open set it up: open the one there now.
+            if attempt == REOPENS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _connect_once(
+    db: Path, busy_timeout: float, *, may_move: bool
+) -> tuple[Engine, migrate.Outcome | None, str | None, tuple[schema.Drift, ...]]:
+    health.check_filesystem(db)
+    denied = health.write_denied(db)
+    if denied is not None:
+        engine, reason = health.open_readonly(db, busy_timeout, denied)
+        return engine, None, reason, ()
+    quarantine.check(db, busy_timeout, may_move=may_move)
+    # Look before writing: even switching the journal mode writes to the file, and a file
+    # this tunecache must not change is refused (or read) without being touched.
+    state = migrate.inspect_file(db, busy_timeout)
+    try:
+        migrate.check_writable_schema(state, db)
+    except SchemaTooNewError as error:
+        warnings.warn(str(error), TunecacheWarning, stacklevel=4)
+        return make_engine(db, busy_timeout=busy_timeout, readonly=True), None, str(error), ()
+    engine = make_engine(db, busy_timeout=busy_timeout)
+    try:
+        with busy_errors(db, busy_timeout):
+            outcome = migrate.ensure_schema(engine, db)
+    except BaseException:
+        engine.dispose()
+        raise
+    drift = tuple(d for d in schema.drift(state.objects, state.revision) if not d.holds_data)
+    return engine, outcome, None, drift
 
 
 class Transaction:

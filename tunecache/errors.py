@@ -21,6 +21,7 @@ __all__ = [
     "StoreBusyError",
     "SQLiteDefectWarning",
     "StoreError",
+    "StoreMovedError",
     "TuneInterrupted",
     "TunecacheError",
     "TunecacheWarning",
@@ -88,6 +89,11 @@ class StoreBusyError(StoreError):
     """The database stayed locked by another writer past the deadline."""
 
     exit_code = 6
+
+
+class StoreMovedError(StoreError):
+    """The file a connection opened is no longer the cache at its path: it was moved aside
+    (a damaged cache, quarantined) or replaced. `Cache` reopens the live cache and goes on."""
 
 
 class SchemaTooNewError(StoreError):

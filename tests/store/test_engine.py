@@ -243,3 +243,63 @@ def test_a_reader_on_an_old_snapshot_keeps_the_checkpoint_from_finishing(
     finally:
         reader.close()
     assert cache.checkpoint() is True and _wal(cache).stat().st_size == 0
+
+
+# --- the file a transaction writes is the one at the path --------------------------------------
+
+
+def _move_aside(db: Path, to: Path) -> None:
+    """Rename a database and its -wal and -shm, as quarantine.move_aside does."""
+    for suffix in ("", "-wal", "-shm"):
+        source = db.with_name(db.name + suffix)
+        if source.exists():
+            source.rename(to.with_name(to.name + suffix))
+
+
+def test_a_transaction_on_a_file_moved_aside_raises_store_moved_error(tmp_path: Path) -> None:
+    from tunecache.errors import StoreMovedError
+    from tunecache.store.engine import file_identity, transaction
+
+    db = tmp_path / "c.db"
+    engine = make_engine(db)
+    try:
+        with transaction(engine) as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x)")
+        assert file_identity(db) is not None
+        _move_aside(db, tmp_path / "moved.db")
+        sqlite3.connect(db).close()  # another file now has the name
+        for read in (False, True):
+            with (
+                pytest.raises(StoreMovedError, match="moved aside or replaced"),
+                transaction(engine, read=read),
+            ):
+                pass
+        # Nothing was written to the moved file, and the writers' lock is free again.
+        with sqlite3.connect(tmp_path / "moved.db") as moved:
+            assert moved.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        sql(db, "CREATE TABLE u (y)")
+    finally:
+        engine.dispose()
+
+
+def test_a_transaction_with_reopen_begins_again_on_the_engine_it_gets(tmp_path: Path) -> None:
+    from tunecache.store.engine import transaction
+
+    db = tmp_path / "c.db"
+    old = make_engine(db)
+    new = old
+    try:
+        with transaction(old) as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x)")
+        _move_aside(db, tmp_path / "moved.db")
+        new = make_engine(db)
+
+        ran = 0
+        with transaction(old, reopen=lambda: new) as conn:
+            conn.exec_driver_sql("CREATE TABLE u (y)")
+            ran += 1
+        assert ran == 1  # the block ran once, on the live file
+        assert sql(db, "SELECT name FROM sqlite_master") == [("u",)]
+    finally:
+        old.dispose()
+        new.dispose()

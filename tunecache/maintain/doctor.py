@@ -18,7 +18,7 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.maintain.reports import Report, jsonable
-from tunecache.store import migrate, queries, rows, schema, upkeep, wal
+from tunecache.store import migrate, quarantine, queries, rows, schema, upkeep, wal
 from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS
 
 __all__ = ["WAL_WARN_BYTES", "DoctorReport", "Problem", "doctor"]
@@ -59,6 +59,9 @@ class DoctorReport(Report):
     #: tunecache's own connections are immune to the WAL-reset bug)
     sqlite: str = ""
     sqlite_defects: tuple[str, ...] = ()
+    #: what the last salvage of a damaged file at this path kept and lost, and where the
+    #: damaged file went (None where none was salvaged); history, not a problem
+    salvaged: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data, with `healthy` beside the fields."""
@@ -316,4 +319,11 @@ def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = No
         checkpointed=checkpointed,
         sqlite=wal.SQLITE_VERSION,
         sqlite_defects=tuple(d.name for d in wal.wal_defects()),
+        salvaged=_salvaged(cache.path),
     )
+
+
+def _salvaged(db: Path) -> str | None:
+    """The last salvage of the file at `db`, in one line (see quarantine.last_salvage)."""
+    found = quarantine.last_salvage(db)
+    return None if found is None else f"{found[1].summary()}; the damaged file is in {found[0]}"

@@ -6,6 +6,14 @@ SQLAlchemy's pysqlite documentation describes: a deferred transaction that reads
 has to upgrade its lock, and under concurrency that upgrade fails with SQLITE_BUSY or, worse,
 loses the write. Reads ask for a deferred `BEGIN` explicitly through `read_connection` (or
 `transaction(read=True)`); `transaction` is also what keeps a Ctrl-C from leaving a lock behind.
+
+Every transaction also checks, once it has begun (a writer: once it holds the writers' lock and
+SQLite's), that the file its connection opened is still the one at the path: a damaged cache
+moved aside (store/quarantine.py, under the writers' lock) or a file replaced by hand leaves
+open connections on a file that is no longer the cache, and SQLite goes on writing into it
+without a word. The check is one `os.stat` against the device and inode recorded when the
+connection opened; a mismatch rolls back and raises StoreMovedError, which `Cache` answers by
+reopening the live cache and running the transaction there.
 """
 
 from __future__ import annotations
@@ -17,14 +25,14 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
 
-from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
+from tunecache.errors import BadArgumentError, StoreBusyError, StoreError, StoreMovedError
 from tunecache.paths import sqlite_uri
 from tunecache.store.filesystems import no_room
 from tunecache.store.wal import never_checkpoint
@@ -32,22 +40,31 @@ from tunecache.store.wal import never_checkpoint
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "MAX_BUSY_TIMEOUT",
+    "REOPENS",
     "busy_errors",
     "check_timeout",
     "checkpoint",
+    "file_identity",
     "is_busy",
     "make_engine",
     "read_connection",
     "transaction",
+    "write_lock",
 ]
 
 #: seconds a writer waits for the lock before StoreBusyError
 DEFAULT_BUSY_TIMEOUT = 30.0
 #: the longest lock wait accepted: "forever" is not a deadline
 MAX_BUSY_TIMEOUT = 86400.0
+#: how many times one transaction reopens a cache whose file was moved aside or replaced before
+#: it gives up with StoreMovedError: each reopen finds the file that is the cache under the
+#: writers' lock, so a file that moved again every time is being replaced in a loop
+REOPENS = 3
 
 _READ_OPTION = "tunecache_read"
 _LOCK_INFO = "tunecache_write_lock"
+# The (device, inode) of the file a connection opened, or None where it could not be told.
+_FILE_INFO = "tunecache_file"
 # The write-queue lock each connection holds, by connection: the pool record's info (where the
 # hooks keep it too) is cleared when an interrupt invalidates the connection, and a lock lost
 # that way would block every later writer of this process until the deadline.
@@ -207,6 +224,28 @@ class _WriteQueue:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def write_lock(path: Path, timeout: float) -> Iterator[None]:
+    """Hold the writers' lock of the database at `path` (see _WriteQueue): no tunecache writer
+    begins a transaction on it meanwhile. StoreBusyError past `timeout` seconds."""
+    queue = _WriteQueue(path, timeout)
+    with busy_errors(path, timeout):
+        fd = queue.acquire()
+    try:
+        yield
+    finally:
+        queue.release(fd)
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the file at `path`, or None where there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def check_timeout(busy_timeout: object) -> float:
     """The lock deadline in seconds, refusing what is not a finite number from 0 to a day."""
     if (
@@ -238,7 +277,8 @@ def make_engine(
     to read a cache in a folder no one may write to (see `health.frozen`).
 
     One function on purpose: the connect, checkout, begin, commit and rollback listeners are
-    closures over this engine's path, deadline, mode and write queue, and are read together.
+    closures over this engine's path, deadline, mode and write queue, and are read together
+    (the connect listener records the file that the begin listener checks).
     """
     path = Path(path)
     busy_timeout = check_timeout(busy_timeout)
@@ -286,14 +326,58 @@ def make_engine(
     if not readonly:
         _writable[engine] = path
 
+    @event.listens_for(engine, "do_connect")
+    def _on_do_connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+        # Which file the connection opened, for the check in _on_begin. The path names the
+        # same file before and after the open, so the open found that one; a file swapped in
+        # meanwhile leaves it unknown, and the first transaction reconnects. Where there is no
+        # file yet the open creates one, under the writers' lock so that no mover swaps a
+        # replacement in between (store/quarantine.py swaps under that lock).
+        if readonly:
+            return None
+        before = file_identity(path)
+        fd = queue.acquire() if before is None else -1
+        try:
+            connection = dialect.connect(*cargs, **cparams)
+            after = file_identity(path)
+        finally:
+            queue.release(fd)
+        record.info[_FILE_INFO] = after if before is None or before == after else None
+        return connection
+
+    where = os.fspath(path)
+
+    def check_live(conn: Connection) -> None:
+        """Raise StoreMovedError, rolling back, if the connection's file is no longer the
+        one at the path."""
+        opened = conn.info.get(_FILE_INFO)
+        try:
+            now = os.stat(where)
+        except OSError:
+            pass
+        else:
+            if opened == (now.st_dev, now.st_ino):
+                return
+        with contextlib.suppress(sqlite3.Error):
+            _raw(conn).execute("ROLLBACK")
+        raise StoreMovedError(
+            f"cache database {path} was moved aside or replaced while it was open: this "
+            "connection's file is no longer the one at that path; open the cache again"
+        )
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(_READ_OPTION) or readonly:
+        if readonly:
             conn.exec_driver_sql("BEGIN")
+            return
+        if conn.get_execution_options().get(_READ_OPTION):
+            conn.exec_driver_sql("BEGIN")
+            check_live(conn)
             return
         fd = queue.acquire()
         try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+            check_live(conn)
         except BaseException:
             queue.release(fd)
             raise
@@ -360,32 +444,49 @@ def _abandon(engine: Engine, conn: Connection) -> None:
 
 
 @contextlib.contextmanager
-def transaction(engine: Engine, *, read: bool = False) -> Iterator[Connection]:
+def transaction(
+    engine: Engine, *, read: bool = False, reopen: Callable[[], Engine] | None = None
+) -> Iterator[Connection]:
     """`engine.begin()` for tunecache: a write (or, with `read`, a deferred read) transaction,
     committed when the block ends and rolled back if it raises.
+
+    One that begins on a file that is no longer the one at its path (moved aside or replaced)
+    raises StoreMovedError; with `reopen`, it calls it for an engine on the live file and
+    begins again there (a few times at most). Only the beginning is retried: the block runs
+    once, on the file that is the cache.
 
     Ctrl-C can land anywhere in it, inside SQLAlchemy or a driver call. Then the connection is
     thrown away, the write queue's lock released, and the KeyboardInterrupt itself reaches the
     caller, not a follow-on error about the half-finished transaction: the process can go on to
     log that it was interrupted, with no lock left behind to block it.
     """
-    conn = engine.connect()
-    try:
-        if read:
-            conn.execution_options(**{_READ_OPTION: True})
-        with conn.begin():
-            yield conn
-    except BaseException as error:
-        interrupt = _interrupt_in(error)
-        if interrupt is None:
-            raise
-        _abandon(engine, conn)
-        if interrupt is error:
-            raise
-        raise interrupt from None
-    finally:
-        with contextlib.suppress(Exception):
-            conn.close()
+    for attempt in range(REOPENS + 1):
+        conn = engine.connect()
+        try:
+            if read:
+                conn.execution_options(**{_READ_OPTION: True})
+            try:
+                begun = conn.begin()
+            except StoreMovedError:
+                if reopen is None or attempt == REOPENS:
+                    raise
+                conn.close()
+                engine = reopen()
+                continue
+            with begun:
+                yield conn
+            return
+        except BaseException as error:
+            interrupt = _interrupt_in(error)
+            if interrupt is None:
+                raise
+            _abandon(engine, conn)
+            if interrupt is error:
+                raise
+            raise interrupt from None
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 @contextlib.contextmanager

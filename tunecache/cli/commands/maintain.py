@@ -134,6 +134,8 @@ def _print_doctor(report: Any) -> None:
     console.print(f"revision: {report.revision} (this tunecache: {report.head})")
     console.print(f"size: {report.database_bytes} bytes, WAL {report.wal_bytes} bytes")
     console.print(f"devices: {report.devices}, entries: {report.entries}")
+    if report.salvaged:
+        console.print(f"salvaged from a damaged file: {report.salvaged}")
     from tunecache.store.wal import note
 
     console.print(f"sqlite: {note()}")
