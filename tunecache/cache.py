@@ -38,6 +38,7 @@ from tunecache.store.engine import (
     busy_errors,
     check_timeout,
     checkpoint,
+    close_engine,
     make_engine,
     transaction,
 )
@@ -175,7 +176,7 @@ class Cache:
             self._engine = engine
             # Row ids belong to a file: the live one may number this device's row otherwise.
             self._device_id = None
-            old.dispose()
+            close_engine(old)
             return engine
 
     def _reopen_writable(self) -> Engine:
@@ -185,8 +186,9 @@ class Cache:
         return engine
 
     def close(self) -> None:
-        """Close every connection; the cache cannot be used afterwards."""
-        self._engine.dispose()
+        """Close every connection, and let go of any write lock an interrupted transaction left;
+        the cache cannot be used afterwards."""
+        close_engine(self._engine)
 
     def __enter__(self) -> Cache:
         return self

@@ -44,6 +44,7 @@ __all__ = [
     "busy_errors",
     "check_timeout",
     "checkpoint",
+    "close_engine",
     "file_identity",
     "is_busy",
     "make_engine",
@@ -72,8 +73,11 @@ _held: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 # The database of each engine that may write, whose write queue its checkpoints take.
 _writable: weakref.WeakKeyDictionary[Engine, Path] = weakref.WeakKeyDictionary()
-# Descriptors of write locks this process holds now (see _WriteQueue).
-_held_locks: set[int] = set()
+# Descriptors of write locks this process holds now, with the (device, inode) of the lock file
+# each has open (see _WriteQueue.release).
+_held_locks: dict[int, tuple[int, int]] = {}
+# The write queue of each engine that may write: closing the engine lets go of its locks.
+_queues: weakref.WeakKeyDictionary[Engine, _WriteQueue] = weakref.WeakKeyDictionary()
 # The write-queue descriptors each thread holds or waits on: an interrupt can land between
 # taking the lock and recording which connection took it, and must still let go of it.
 _thread_locks: dict[int, set[int]] = {}
@@ -169,6 +173,8 @@ class _WriteQueue:
     def __init__(self, path: Path, timeout: float) -> None:
         self.path = path.with_name(path.name + ".write-lock")
         self.timeout = timeout
+        #: the descriptors this queue took and has not let go of
+        self.held: set[int] = set()
 
     def acquire(self) -> int:
         """Take the lock; returns the descriptor that holds it, or -1 where there is no lock
@@ -178,8 +184,10 @@ class _WriteQueue:
         except OSError:
             return -1
         # Registered before the wait: a child forked meanwhile must close its copy too.
-        _held_locks.add(fd)
+        found = os.fstat(fd)
+        _held_locks[fd] = (found.st_dev, found.st_ino)
         _thread_locks.setdefault(threading.get_ident(), set()).add(fd)
+        self.held.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -216,12 +224,38 @@ class _WriteQueue:
 
     @staticmethod
     def release(fd: int) -> None:
-        """Drop the lock held by `fd`."""
-        if fd >= 0 and fd in _held_locks:
-            _held_locks.discard(fd)
-            for fds in _thread_locks.values():
-                fds.discard(fd)
+        """Drop the lock held by `fd`.
+
+        The descriptor is closed first, in one C call that Ctrl-C cannot split, and only then
+        forgotten: an interrupt that lands in between leaves the number of a closed descriptor
+        registered, never a lock held that nothing knows of. A number released again is closed
+        only while it is still the same lock file; one the process has since given to another
+        file is only forgotten.
+        """
+        if fd < 0 or fd not in _held_locks:
+            return
+        try:
+            found = os.fstat(fd)
+        except OSError:
+            found = None
+        if found is not None and (found.st_dev, found.st_ino) == _held_locks.get(fd):
             os.close(fd)
+        _held_locks.pop(fd, None)
+        for fds in _thread_locks.values():
+            fds.discard(fd)
+        for queue in list(_queues.values()):
+            queue.held.discard(fd)
+
+
+def close_engine(engine: Engine) -> None:
+    """Close every connection of `engine`, and let go of every write lock its transactions still
+    hold: one an interrupt left with a transaction that never ended (Ctrl-C landing as a `with`
+    block's exit began, before the transaction's own clean-up could run)."""
+    engine.dispose()
+    queue = _queues.get(engine)
+    if queue is not None:
+        for fd in list(queue.held):
+            queue.release(fd)
 
 
 @contextlib.contextmanager
@@ -323,6 +357,7 @@ def make_engine(
             raise exc.DisconnectionError("connection made in another process")
 
     queue = _WriteQueue(path, busy_timeout)
+    _queues[engine] = queue
     if not readonly:
         _writable[engine] = path
 
