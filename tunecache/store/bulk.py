@@ -6,7 +6,9 @@ writes entries in bulk (an import, a merge) should write through: it finds or ma
 candidate sets and models of the whole batch with one lookup each, then inserts and replaces
 the entries, their records and verdicts with one executemany per statement (`Prepared`). Like
 `tunecache.store.rows`, it runs inside a write transaction the caller holds and checks nothing:
-the caller checked everything first (`tunecache.writes` does it for the store API).
+the caller checked everything first (`tunecache.writes` does it for the store API). The values
+it writes are plain ones (`tunecache.store.values`, re-exported here), which the stdlib-sqlite3
+writer (`tunecache.store.direct`) writes as the same rows.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, delete, insert, literal_column, select, update
 
-from tunecache import codec
-from tunecache.keys import Key
 from tunecache.store import models as tables
 from tunecache.store import queries
 from tunecache.store.models import utcnow
 from tunecache.store.prepared import Lookup, Prepared
+from tunecache.store.values import (
+    EntryWrite,
+    RecordRow,
+    TimingRow,
+    VerdictWrite,
+    dims_text,
+    record_row,
+)
 
 __all__ = [
     "EntryWrite",
@@ -38,11 +46,6 @@ __all__ = [
     "record_row",
     "write_entries",
 ]
-
-
-def dims_text(key: Key) -> str:
-    """A key's dims as the `keys.dims` column keeps them: `b=1 m=288 k=96 n=64`."""
-    return " ".join(f"{name}={value}" for name, value in key.dims)
 
 
 _E, _K, _S, _V = tables.ENTRIES, tables.KEYS, tables.CANDIDATE_SETS, tables.VALIDATIONS
@@ -113,121 +116,6 @@ _VERDICTS_ON = Lookup(select(_V.c.model_id, _V.c.entry_id), _V.c.entry_id)
 
 
 # --- many entries at once ----------------------------------------------------------------------
-
-
-class TimingRow(NamedTuple):
-    """One candidate's summary row of a timing record: the columns of `candidate_timings` but
-    its record's id."""
-
-    name: str
-    #: how many samples, and how many calls each one averaged
-    samples: int
-    inner_loops: int
-    #: seconds: the median, fastest and slowest sample (None without samples)
-    median_s: float | None
-    min_s: float | None
-    max_s: float | None
-    pruned: bool
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class RecordRow:
-    """A timing record as the store keeps it: its CBOR bytes, as they are written, and the
-    summary columns and per-candidate rows that SQL reads without decoding them."""
-
-    data: bytes
-    best: str | None
-    best_median_s: float | None
-    heuristic_median_s: float | None
-    candidates_count: int
-    samples_count: int
-    failures_count: int
-    timings: tuple[TimingRow, ...]
-    format_version: int = codec.FORMAT_VERSION
-
-
-def record_row(record: codec.TimingRecord, blob: bytes, heuristic: str | None) -> RecordRow:
-    """The rows of `record`, whose CBOR is `blob`, kept with an entry whose heuristic is
-    `heuristic` (the summary names the heuristic's median).
-
-    Each candidate's samples are sorted once for its median, min and max: the same values as
-    `CandidateTiming.median`, `.min` and `.max` (statistics.median's own arithmetic), and the
-    same best as `TimingRecord.best`, at a third of the cost of asking them one by one.
-    """
-    timings = []
-    best: TimingRow | None = None
-    heuristic_median = None
-    for c in record.candidates:
-        ordered = sorted(c.samples)
-        n = len(ordered)
-        median = low = high = None
-        if n:
-            mid = n // 2
-            median = float(ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
-            low, high = float(ordered[0]), float(ordered[-1])
-        row = TimingRow(c.name, n, c.inner_loops, median, low, high, c.pruned, c.error)
-        timings.append(row)
-        # The fastest by median of those that ran and were not pruned; the first of equals.
-        ran = c.error is None and not c.pruned and median is not None
-        if ran and (best is None or (row.median_s or 0.0) < (best.median_s or 0.0)):
-            best = row
-        if c.name == heuristic:
-            heuristic_median = median
-    return RecordRow(
-        data=blob,
-        best=None if best is None else best.name,
-        best_median_s=None if best is None else best.median_s,
-        heuristic_median_s=heuristic_median,
-        candidates_count=len(timings),
-        samples_count=sum(t.samples for t in timings),
-        failures_count=sum(1 for t in timings if t.error is not None),
-        timings=tuple(timings),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class VerdictWrite(queries.VerdictFacts):
-    """A model's verdict on an entry, as `write_entries` writes it with the entry: its facts,
-    the run that gave it and when; it replaces that model's earlier verdict on the entry.
-
-    `created_at` is written when the verdict is inserted and when it replaces one (an import
-    keeps the export's times); None means `updated_at` for a new verdict, and a replaced one
-    keeps its own.
-    """
-
-    run_id: int | None
-    updated_at: datetime
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EntryWrite:
-    """One entry as `write_entries` writes it: the decision for a key against a candidate list
-    (`names`, whose checksum is `checksum`), with its record and verdicts.
-
-    An existing entry of the device, key and list is replaced, as `Cache.put` does: its record
-    goes (`record` takes its place, if any), and its verdicts go when the choice changes, or
-    always where `keep_verdicts` is False (an import replacing an entry with the export's
-    verdicts). `created_at` follows VerdictWrite's rule. Nothing here is checked: the caller
-    checked it all before the transaction (`tunecache.writes`).
-    """
-
-    key: Key
-    names: tuple[str, ...]
-    checksum: str
-    #: the run that writes it, and when
-    run_id: int | None
-    updated_at: datetime
-    #: the decision
-    choice: str
-    heuristic: str | None
-    status: str
-    speedup: float | None
-    created_at: datetime | None = None
-    record: RecordRow | None = None
-    verdicts: tuple[VerdictWrite, ...] = ()
-    keep_verdicts: bool = True
 
 
 class Written(NamedTuple):

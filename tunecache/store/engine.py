@@ -11,7 +11,6 @@ loses the write. Reads ask for a deferred `BEGIN` explicitly through `read_conne
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -26,6 +25,10 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
 
 from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
+
+# The write queue is SQLAlchemy-free, for the stdlib-sqlite3 writer (tunecache.store.direct)
+# to queue behind the same lock as the engines' writers.
+from tunecache.store.writelock import WriteQueue, thread_locks
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -51,24 +54,14 @@ _LOCK_INFO = "tunecache_write_lock"
 # that way would block every later writer of this process until the deadline.
 _held: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-# Descriptors of write locks this process holds now (see _WriteQueue).
-_held_locks: set[int] = set()
-# The write-queue descriptors each thread holds or waits on: an interrupt can land between
-# taking the lock and recording which connection took it, and must still let go of it.
-_thread_locks: dict[int, set[int]] = {}
 
 
 def _forget_parent_connections() -> None:
     # A forked child must never touch its parent's SQLite connections: two processes sharing one
     # file descriptor and lock state corrupt the database. close=False leaves them to the parent.
+    # (The write queue's own locks are let go by tunecache.store.writelock's fork handler.)
     for engine in list(_engines):
         engine.dispose(close=False)
-    # A write lock the parent held while forking would stay held as long as the child keeps its
-    # copy of the descriptor; closing the copy leaves the parent's lock to the parent.
-    for fd in list(_held_locks):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held_locks.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -122,82 +115,6 @@ def _use_wal(cursor: Any, path: Path, timeout: float) -> None:
             delay = min(delay * 2, 0.05)
     if str(mode).lower() != "wal":
         raise StoreError(f"cache database {path} cannot use WAL (journal mode {mode})")
-
-
-class _WriteQueue:
-    """The order in which tunecache's writers take the database's write lock.
-
-    Writers take an exclusive flock on `<database>.write-lock` before BEGIN IMMEDIATE and drop
-    it after COMMIT or ROLLBACK. Waiting for SQLite's own lock goes through its busy handler,
-    which sleeps in steps growing to 100 ms: under many writers a waiter sleeps through the
-    moments the lock is free, and with 32 writers some waited over 10 s for a 5 ms commit
-    (tools/bench_reliability.py). A writer blocked in flock is woken by the kernel the moment
-    the lock is released, and burns no CPU meanwhile (polling did, 32 writers' worth). The flock
-    only orders tunecache's writers: correctness still rests on SQLite's lock, which every
-    writer takes after it. It also keeps a commit's automatic checkpoint clear of other
-    tunecache writers' commits.
-
-    flock has no timeout, so a contended wait blocks in a helper thread while the writer waits
-    on an event with the engine's deadline; past it, "database is locked", and the helper lets
-    go of the lock the moment it gets it.
-    """
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        self.path = path.with_name(path.name + ".write-lock")
-        self.timeout = timeout
-
-    def acquire(self) -> int:
-        """Take the lock; returns the descriptor that holds it, or -1 where there is no lock
-        file to take (then SQLite's own lock, which every writer takes anyway, orders them)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError:
-            return -1
-        # Registered before the wait: a child forked meanwhile must close its copy too.
-        _held_locks.add(fd)
-        _thread_locks.setdefault(threading.get_ident(), set()).add(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not self._wait(fd):
-                raise sqlite3.OperationalError(
-                    "database is locked (tunecache writers queued past the deadline)"
-                ) from None
-        return fd
-
-    def _wait(self, fd: int) -> bool:
-        got = threading.Event()
-        gave_up = False
-        guard = threading.Lock()
-
-        def block() -> None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                return
-            with guard:
-                if gave_up:
-                    self.release(fd)
-                else:
-                    got.set()
-
-        threading.Thread(target=block, name="tunecache-write-queue", daemon=True).start()
-        if got.wait(self.timeout):
-            return True
-        with guard:
-            if got.is_set():
-                return True
-            gave_up = True
-        return False
-
-    @staticmethod
-    def release(fd: int) -> None:
-        """Drop the lock held by `fd`."""
-        if fd >= 0 and fd in _held_locks:
-            _held_locks.discard(fd)
-            for fds in _thread_locks.values():
-                fds.discard(fd)
-            os.close(fd)
 
 
 def check_timeout(busy_timeout: object) -> float:
@@ -278,7 +195,7 @@ def make_engine(
             record.dbapi_connection = proxy.dbapi_connection = None
             raise exc.DisconnectionError("connection made in another process")
 
-    queue = _WriteQueue(path, busy_timeout)
+    queue = WriteQueue(path, busy_timeout)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -343,8 +260,8 @@ def _abandon(engine: Engine, conn: Connection) -> None:
     transaction the interrupt stopped the hooks from ending. Closing a SQLite connection rolls
     back whatever it had begun."""
     _held.pop(conn, None)
-    for fd in list(_thread_locks.get(threading.get_ident(), ())):
-        _WriteQueue.release(fd)
+    for fd in list(thread_locks.get(threading.get_ident(), ())):
+        WriteQueue.release(fd)
     with contextlib.suppress(Exception):
         conn.invalidate()
     with contextlib.suppress(Exception):
