@@ -28,7 +28,7 @@ from tunecache.errors import BadArgumentError, StoreBusyError, StoreError
 
 # The write queue is SQLAlchemy-free, for the stdlib-sqlite3 writer (tunecache.store.direct)
 # to queue behind the same lock as the engines' writers.
-from tunecache.store.writelock import WriteQueue, thread_locks
+from tunecache.store.writelock import DEFAULT_BUSY_TIMEOUT, WriteQueue, is_busy, thread_locks
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -42,8 +42,6 @@ __all__ = [
     "transaction",
 ]
 
-#: seconds a writer waits for the lock before StoreBusyError
-DEFAULT_BUSY_TIMEOUT = 30.0
 #: the longest lock wait accepted: "forever" is not a deadline
 MAX_BUSY_TIMEOUT = 86400.0
 
@@ -66,18 +64,6 @@ def _forget_parent_connections() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_connections)
-
-
-def is_busy(error: BaseException) -> bool:
-    """Whether a driver error means another connection holds the lock."""
-    orig = getattr(error, "orig", error)
-    if isinstance(orig, sqlite3.OperationalError):
-        name = getattr(orig, "sqlite_errorname", "") or ""
-        text = str(orig).lower()
-        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or (
-            "database is locked" in text or "database is busy" in text
-        )
-    return False
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@ schema's checks allow live here too (`tunecache.store.models` builds its constra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -18,12 +19,18 @@ from tunecache.keys import Key
 
 __all__ = [
     "ENTRY_STATUSES",
+    "ENTRY_VALUES",
+    "RECORD_VALUES",
+    "TIMING_VALUES",
     "VERDICTS",
     "EntryWrite",
+    "OldEntry",
+    "Slot",
     "RecordRow",
     "TimingRow",
     "VerdictFacts",
     "VerdictWrite",
+    "collapse",
     "dims_text",
     "record_row",
 ]
@@ -32,6 +39,23 @@ __all__ = [
 #: acceptance; rejected: measured and not kept (recorded so it is not re-tuned for nothing)
 ENTRY_STATUSES = ("unvalidated", "accepted", "rejected")
 VERDICTS = ("validated", "masked")
+
+#: the columns of an entry that a write sets, besides its device, key, list and creation time,
+#: in the order every writer binds them (`EntryWrite` has them by name)
+ENTRY_VALUES = ("choice", "heuristic", "status", "speedup", "run_id", "updated_at")
+#: the columns of a timing record besides its entry and creation time (`RecordRow`'s names)
+RECORD_VALUES = (
+    "format_version",
+    "best",
+    "best_median_s",
+    "heuristic_median_s",
+    "candidates_count",
+    "samples_count",
+    "failures_count",
+    "data",
+)
+#: the columns of one candidate's timing row besides its record (`TimingRow`'s fields, in order)
+TIMING_VALUES = ("name", "samples", "inner_loops", "median_s", "min_s", "max_s", "pruned", "error")
 
 
 def dims_text(key: Key) -> str:
@@ -168,3 +192,64 @@ class EntryWrite:
     record: RecordRow | None = None
     verdicts: tuple[VerdictWrite, ...] = ()
     keep_verdicts: bool = True
+
+
+class OldEntry(NamedTuple):
+    """An entry as it stood before a batch."""
+
+    id: int
+    choice: str
+    created_at: datetime
+
+
+@dataclass
+class Slot:
+    """The rows of one device, key and list that a batch writes, after all of its writes."""
+
+    key_id: int
+    set_id: int
+    final: EntryWrite
+    #: the entry as it was before the batch (None: a new entry)
+    old: OldEntry | None
+    created_at: datetime | None = None
+    #: whether the verdicts the entry had before the batch go
+    clear_verdicts: bool = False
+    verdicts: dict[tuple[str, str], VerdictWrite] = field(default_factory=dict)
+    entry_id: int = 0
+
+    @property
+    def created(self) -> datetime:
+        """The entry's creation time once the batch is written: the batch's own (an import's),
+        else the old entry's, else the time of the write that made it."""
+        if self.created_at is not None:
+            return self.created_at
+        return self.old.created_at if self.old is not None else self.final.updated_at
+
+
+def collapse(
+    entries: Sequence[EntryWrite],
+    places: Sequence[tuple[int, int]],
+    old: Mapping[tuple[int, int], OldEntry],
+) -> dict[tuple[int, int], Slot]:
+    """What the writes leave at each (key id, set id) place, in the order the places first
+    come: the last write's values, the verdicts that outlive every later write, and whether the
+    entry's own verdicts go, exactly as one `put` after another would leave them."""
+    slots: dict[tuple[int, int], Slot] = {}
+    for write, at in zip(entries, places, strict=True):
+        slot = slots.get(at)
+        if slot is None:
+            slot = slots[at] = Slot(at[0], at[1], write, old.get(at))
+            before = None if slot.old is None else slot.old.choice
+        else:
+            before = slot.final.choice
+        if before is not None and (before != write.choice or not write.keep_verdicts):
+            # The verdicts judged another choice (or an import brings its own): every one
+            # given so far goes, the entry's own and the batch's alike.
+            slot.clear_verdicts = True
+            slot.verdicts.clear()
+        slot.final = write
+        if write.created_at is not None:
+            slot.created_at = write.created_at
+        for v in write.verdicts:
+            slot.verdicts[v.model, v.fingerprint] = v
+    return slots

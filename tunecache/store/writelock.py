@@ -14,13 +14,28 @@ import sqlite3
 import threading
 from pathlib import Path
 
-__all__ = ["WriteQueue", "held_locks", "thread_locks"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "WriteQueue", "held_locks", "is_busy", "thread_locks"]
+
+#: seconds a writer waits for the lock before StoreBusyError
+DEFAULT_BUSY_TIMEOUT = 30.0
 
 #: descriptors of the write locks this process holds now
 held_locks: set[int] = set()
 #: the write-queue descriptors each thread holds or waits on: an interrupt can land between
 #: taking the lock and recording which connection took it, and must still let go of it
 thread_locks: dict[int, set[int]] = {}
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether a driver error means another connection holds the lock."""
+    orig = getattr(error, "orig", error)
+    if isinstance(orig, sqlite3.OperationalError):
+        name = getattr(orig, "sqlite_errorname", "") or ""
+        text = str(orig).lower()
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or (
+            "database is locked" in text or "database is busy" in text
+        )
+    return False
 
 
 def _forget_parent_locks() -> None:
