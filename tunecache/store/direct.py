@@ -9,12 +9,12 @@ the two writers' rows), on a connection set up as the engine sets up its own (bu
 foreign keys, WAL, synchronous=NORMAL), in one BEGIN IMMEDIATE transaction queued behind the
 writers' flock (`tunecache.store.writelock`).
 
-It writes only a database that exists, in WAL mode, at the schema revision its statements are
-written for (`REVISION`, checked inside the write transaction, so no migration can slip in
-between). Anything else (no file yet, an older or newer schema, a file SQLite cannot read) is
-refused with DirectWriteRefused before a row is written: the caller then writes through
-`Cache`, which creates, upgrades, refuses or moves aside as `Cache.open` does. Verdicts are
-`Cache.put_many`'s job too.
+It writes only a database that exists, in WAL mode, at the schema revision this tunecache
+writes (`tunecache.store.reading.HEAD`), checked inside the write transaction so that no
+migration can slip in between. Anything else (no file yet, an older or newer schema, a file
+SQLite cannot read) is refused with DirectWriteRefused before a row is written: the caller then
+writes through `Cache`, which creates, upgrades, refuses or moves aside as `Cache.open` does.
+Verdicts are `Cache.put_many`'s job too.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError, BadRecordError, StoreBusyError, StoreError
 from tunecache.store import health
+from tunecache.store.reading import CHUNK, HEAD, stamp, when
 from tunecache.store.values import (
     ENTRY_VALUES,
     RECORD_VALUES,
@@ -45,14 +46,7 @@ from tunecache.writes import NewEntry, entry_writes
 if TYPE_CHECKING:
     from tunecache.device import Device
 
-__all__ = ["REVISION", "DirectStore", "DirectWriteRefused", "stamp"]
-
-#: the schema revision these statements are written for (tests keep it equal to
-#: `tunecache.store.migrate.HEAD`: a new revision makes this writer refuse until it is checked)
-REVISION = "0004"
-
-#: how many values one IN list binds at most (SQLite caps a statement's parameters)
-_CHUNK = 500
+__all__ = ["DirectStore", "DirectWriteRefused"]
 
 _ENTRY_SET = ", ".join(f"{c} = ?" for c in ENTRY_VALUES)
 _UPDATE_ENTRY = f"UPDATE entries SET {_ENTRY_SET} WHERE id = ?"
@@ -74,21 +68,6 @@ _INSERT_TIMING = (
 class DirectWriteRefused(StoreError):
     """The database is not one `DirectStore` writes (missing, at another schema revision, in
     another journal mode, unreadable): write it through `Cache` instead."""
-
-
-def stamp(value: datetime) -> str:
-    """A time as the store keeps it: UTC without a zone, as SQLAlchemy's SQLite DateTime
-    writes it (`2026-12-01 09:30:00.000000`)."""
-    v = value.astimezone(UTC)
-    return (
-        f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
-        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
-    )
-
-
-def _time(text: str) -> datetime:
-    """A stored time read back: in UTC, with the zone."""
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 @contextlib.contextmanager
@@ -214,9 +193,9 @@ class DirectStore:
     ) -> tuple[int, list[int]]:
         """Every row of the batch, inside the transaction: the device's id and the entries'."""
         revisions = _revisions(conn)
-        if revisions != [REVISION]:
+        if revisions != [HEAD]:
             raise DirectWriteRefused(
-                f"cache database {self.path} is at schema revision {revisions}, not {REVISION!r}"
+                f"cache database {self.path} is at schema revision {revisions}, not {HEAD!r}"
             )
         for position, write in enumerate(batch):
             found = (
@@ -274,8 +253,8 @@ def _revisions(conn: sqlite3.Connection) -> list[str]:
 
 
 def _chunks(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(values), _CHUNK):
-        yield values[start : start + _CHUNK]
+    for start in range(0, len(values), CHUNK):
+        yield values[start : start + CHUNK]
 
 
 def _rows_in(
@@ -342,6 +321,13 @@ def _entries_at(
         if (key_id, set_id) in want:
             out[key_id, set_id] = OldEntry(int(entry_id), str(choice), _time(created))
     return out
+
+
+def _time(text: str) -> datetime:
+    """A stored time (never NULL in the entries table) as an aware datetime."""
+    found = when(text)
+    assert found is not None
+    return found
 
 
 def _values(write: EntryWrite) -> tuple[Any, ...]:
