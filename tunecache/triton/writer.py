@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -162,7 +163,8 @@ class RecordWriter:
         self.flush()  # no thread writes them (interpreter shutdown): written here
 
     def quiet(self) -> None:
-        """Wait while the writer is on the SQLAlchemy path (creating or upgrading a store)."""
+        """Wait while the writer is on its Python-heavy path: the SQLAlchemy one (creating or
+        upgrading a store), or the first import of its own modules."""
         with self._cond:
             self._cond.wait_for(lambda: not self._heavy)
 
@@ -223,6 +225,11 @@ class RecordWriter:
                 self.last_write = (time.perf_counter() - start, len(records))
 
     def _store(self, records: list[Record]) -> None:
+        if "tunecache.store.direct" not in sys.modules:
+            # The first write of a process imports the direct writer and the codec's checks
+            # (~10 ms of Python): a bench starting meanwhile waits for that too (`quiet`).
+            with self._heavy_path():
+                import tunecache.store.direct  # noqa: F401
         from tunecache.store.direct import DirectStore, DirectWriteRefused
         from tunecache.writes import NewEntry
 
