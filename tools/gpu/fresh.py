@@ -88,9 +88,11 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
     family = importlib.import_module(name)
     kernel, decorate = _decorate(mode, family, root, task == "warm")
     ops = family.operands(shape)
-    preload = family.CONFIGS if task == "first" else [
-        family.CONFIGS[int(i)] for i in (options.preload or "").split(",") if i
-    ]
+    preload = (
+        family.CONFIGS
+        if task == "first"
+        else [family.CONFIGS[int(i)] for i in (options.preload or "").split(",") if i]
+    )
     for config in preload:
         launch_config(family, config, ops)
     torch.cuda.synchronize()

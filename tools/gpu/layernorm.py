@@ -116,9 +116,7 @@ def args(x: Any, w: Any, b: Any, y: Any) -> tuple[Any, ...]:
 def error(ops: tuple[Any, ...]) -> float:
     """The relative error of the output against torch's layer norm in fp32."""
     x, w, b, y = ops
-    reference = torch.nn.functional.layer_norm(
-        x.float(), (x.shape[1],), w.float(), b.float(), EPS
-    )
+    reference = torch.nn.functional.layer_norm(x.float(), (x.shape[1],), w.float(), b.float(), EPS)
     return float((y.float() - reference).norm() / reference.norm())
 
 
