@@ -417,8 +417,9 @@ def borrowing(
             f"{shape:>6} {origin:>14} {t * 1e3:8.2f} ms {tri_text} {family.short(pick):>18}"
             f" {r_full:12.3f} {r_tri:9.3f}"
         )
-    say(f"   benches while serving: {served.stats['tuned']} (stats {served.stats})")
-    met = worst <= TARGET_BORROW and served.stats["tuned"] == 0
+    benched = served.stats["tuned"]
+    say(f"   benches while serving: {benched} (stats {served.stats})")
+    met = worst <= TARGET_BORROW and benched == 0
     say(
         f"   worst runtime / full tune: {worst:.3f};"
         f" target 0 tuning and <= {TARGET_BORROW}: {verdict(met)}"
@@ -437,7 +438,7 @@ def borrowing(
         f"   tune_pending(): {len(done)} keys tuned in {spent:.2f} s;"
         f" picks changed: {'; '.join(changed) or 'none'}"
     )
-    return worst if served.stats["tuned"] == 0 else float("inf")
+    return worst if benched == 0 else float("inf")
 
 
 def evidence(family: Any, ops: dict[int, Any]) -> None:
@@ -448,6 +449,7 @@ def evidence(family: Any, ops: dict[int, Any]) -> None:
 
     kernel = tct.autotune(configs=family.CONFIGS, key=family.KEY)(family.KERNEL)
     key = kernel.key(*family.args(*ops[family.STORED]))
+    tct.flush()
     with Cache.open(device=tct.gpu_device(0)) as cache:
         (item,) = maintain.inspect(cache, key)
         say()
