@@ -33,7 +33,14 @@ from tunecache.triton.background import PendingItem, PendingKeys
 from tunecache.triton.configs import Choice, ConfigSet, all_kwargs
 from tunecache.triton.measure import Call, Measurer
 from tunecache.triton.reuse import SURVIVORS, Plan, kept_record, merged_record, plan_reuse
-from tunecache.triton.state import DeviceState, KernelStore, Previous, Target, WarnOnce
+from tunecache.triton.state import (
+    DeviceState,
+    KernelStore,
+    OldEntry,
+    Previous,
+    Target,
+    WarnOnce,
+)
 from tunecache.triton.writer import WRITER
 
 if TYPE_CHECKING:
@@ -132,13 +139,15 @@ class Flow:
             stats["exact"] += 1
             return answer.choice
         defer = self.kernel.options.unseen != "tune"
-        if answer.source != "exact" and self.store.old_entries(target):
-            name, deferred = self._settle(target, legal, call, defer)
+        # Read once: the same question decides between reuse and a bench below.
+        old = self.store.old_entries(target) if answer.source != "exact" else []
+        if old:
+            name, deferred = self._settle(target, legal, call, defer, old=old)
             if not deferred:
                 return name
             answer = Answer(name, "nearest", None, 0.0, key)
         elif not (defer and answer.source == "nearest" and answer.choice in legal_names):
-            return self._settle(target, legal, call, False)[0]
+            return self._settle(target, legal, call, False, old=old)[0]
         stats["borrowed"] += 1
         self.pending.hold(PendingItem(target, raw, answer, legal), call.args, call.kwargs)
         return answer.choice
@@ -157,17 +166,24 @@ class Flow:
     # -- tuning ---------------------------------------------------------------------------------
 
     def _settle(
-        self, target: Target, legal: list[Any], call: Call, defer: bool, reset: bool = True
+        self,
+        target: Target,
+        legal: list[Any],
+        call: Call,
+        defer: bool,
+        reset: bool = True,
+        old: list[OldEntry] | None = None,
     ) -> tuple[str, bool]:
         """Decide a key by reuse or by benching, and store it; returns (config name, deferred).
 
         With `defer`, a key whose reuse needs a bench keeps its old winner for now, pending.
         With `reset`, the caller's `reset_to_zero` arguments are zeroed after the bench, for
-        the real launch that follows; copies tuned later need no reset.
+        the real launch that follows; copies tuned later need no reset. `old` is the key's
+        entries under other config lists, if the caller has read them already.
         """
         configs = self.configs
         legal_names = [configs.name_of(c) for c in legal]
-        previous = self.store.previous(target, legal_names)
+        previous = self.store.previous(target, legal_names, old)
         if previous is None:
             benched = configs.top_k(legal, call.nargs, call.kwargs)
             return self._tune(target, legal_names, benched, call, None, reset), False

@@ -161,10 +161,14 @@ class KernelStore:
             conn.close()
         return out
 
-    def previous(self, target: Target, legal: Sequence[str]) -> Previous | None:
-        """Of this key's entries tuned against other config lists, the one whose list covers
-        the most legal configs (the newest of equals): its list, its choice and its record."""
-        entries = self.old_entries(target)
+    def previous(
+        self, target: Target, legal: Sequence[str], entries: list[OldEntry] | None = None
+    ) -> Previous | None:
+        """Of this key's entries tuned against other config lists (`entries`, if read already),
+        the one whose list covers the most legal configs (the newest of equals): its list, its
+        choice and its record."""
+        if entries is None:
+            entries = self.old_entries(target)
         if not entries:
             return None
         wanted = set(legal)
