@@ -230,3 +230,20 @@ def test_a_fork_writes_the_records_first() -> None:
         # Its fork now waits for the record's write, which waits for this flock.
     assert child.expect("sees") == "1"
     child.finish()
+
+
+def test_a_record_not_stored_is_said_even_where_warnings_are_errors(tmp_path: Path) -> None:
+    import warnings
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache root should be")
+    kernel = tuner(CpuKernel(), root=blocker)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the resolver's own, of the same unusable root
+        warnings.filterwarnings("error", message="tunecache: matmul_kernel's")
+        launch(kernel, 96)
+        assert kernel.wait_pending(timeout=60)  # the writer said it, and went on
+    db = _made()
+    again = tuner(CpuKernel())
+    launch(again, 96)
+    assert again.wait_pending(timeout=60) and _entries(db) == 1

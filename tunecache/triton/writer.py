@@ -176,14 +176,27 @@ class RecordWriter:
     # -- the thread's side ----------------------------------------------------------------------
 
     def _work(self) -> None:
-        while True:
-            with self._cond:
-                batch = self._take()
-                if not batch:
-                    self._thread = None
+        ended = False
+        try:
+            while True:
+                with self._cond:
+                    batch = self._take()
+                    if not batch:
+                        # Under the lock that put() takes: a record queued from now on starts
+                        # another thread.
+                        self._thread = None
+                        self._cond.notify_all()
+                        ended = True
+                        return
+                self._write(batch)
+        finally:
+            if not ended:
+                # An error escaped (a bug, said by threading's hook): the queue is not left to
+                # a thread that is gone; the next put() starts another, flush() writes the rest.
+                with self._cond:
+                    if self._thread is threading.current_thread():
+                        self._thread = None
                     self._cond.notify_all()
-                    return
-            self._write(batch)
 
     def _take(self) -> list[Record]:
         """Everything queued, now being written (the caller holds the condition's lock)."""
@@ -286,7 +299,15 @@ def _warn(records: list[Record], topic: str, what: str, error: BaseException) ->
     for record in records:
         if record.op not in seen:
             seen.add(record.op)
-            record.warn(topic, f"tunecache: {record.op}'s {what}: {text}")
+            message = f"tunecache: {record.op}'s {what}: {text}"
+            try:
+                record.warn(topic, message)
+            except Warning:
+                # A filter turned it into an error: raised in this thread, it would stop the
+                # writer for good. Said to the `tunecache` logger instead, as health does.
+                import logging
+
+                logging.getLogger("tunecache").warning(message)
 
 
 #: this process's writer: every kernel's records go through it
