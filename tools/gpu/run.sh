@@ -18,7 +18,7 @@ start=$(date +%s)
 step() { echo "$1: $(( $(date +%s) - start )) s" >> "$out/timing.txt"; }
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -3
 export PYTHONPATH="/tmp/site:$PWD"
-python3 -m compileall -q /tmp/site tunecache tools/gpu > "$out/compileall.txt" 2>&1 || true
+python3 -m compileall -q -j 0 /tmp/site tunecache tools/gpu > "$out/compileall.txt" 2>&1 || true
 export TUNECACHE_DIR=/tmp/tc-gpu TRITON_CACHE_DIR=/tmp/tc-gpu-triton
 rm -rf "$TUNECACHE_DIR" "$TRITON_CACHE_DIR"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")
