@@ -18,8 +18,7 @@ from tunecache.candidates import candidate_names, checksum
 from tunecache.checks import is_finite, is_int
 from tunecache.errors import BadKeyError, BadRecordError
 from tunecache.keys import Key, parse
-from tunecache.store.bulk import EntryWrite, VerdictWrite, record_row
-from tunecache.store.models import ENTRY_STATUSES, VERDICTS
+from tunecache.store.values import ENTRY_STATUSES, VERDICTS, EntryWrite, VerdictWrite, record_row
 
 __all__ = [
     "NewEntry",

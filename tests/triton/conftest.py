@@ -73,6 +73,8 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     triton = SimpleNamespace(
         __version__="3.6.0",
         Config=lambda kwargs, **launch: SimpleNamespace(kwargs=kwargs, **launch),
+        # As triton.errors.TritonError: the plain Exception every error of Triton's derives from.
+        TritonError=type("TritonError", (Exception,), {}),
     )
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "triton", triton)

@@ -137,8 +137,12 @@ def launch(kernel: Autotuner, m: int, dtype: Any = np.float32) -> np.ndarray:
 
 
 def stored(m: int, kernel: Autotuner) -> Any:
+    """The entry stored for `launch(kernel, m)`'s key, once the writer has written what this
+    process queued."""
     from tunecache.cache import Cache
+    from tunecache.triton import flush
 
+    assert flush(timeout=60)
     with Cache.open(device=GPU) as cache:
         return cache.get(kernel.key(*operands(m), m, 40, 48), candidates=kernel.candidates)
 

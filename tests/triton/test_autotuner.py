@@ -155,6 +155,7 @@ def test_a_changed_config_list_reuses_the_stored_timings() -> None:
 
     from tunecache.cache import Cache
 
+    assert more.wait_pending(timeout=60)  # the records are written behind the launches
     with Cache.open(device=GPU) as cache:
         entry = cache.get(more.key(*operands(64), 64, 40, 48), candidates=more.candidates)
         assert entry is not None

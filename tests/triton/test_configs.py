@@ -5,12 +5,23 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
-from tests.triton.fake import Config, CpuKernel, TableTimer, blocks, configs, launch, tuner
+from tests.triton.fake import (
+    Config,
+    CpuKernel,
+    TableTimer,
+    blocks,
+    configs,
+    launch,
+    operands,
+    stored,
+    tuner,
+)
 from tunecache.errors import BadArgumentError
 from tunecache.triton.autotuner import Autotuner
-from tunecache.triton.configs import ConfigSet, all_kwargs
+from tunecache.triton.configs import ConfigSet, NoConfigError, all_kwargs
 from tunecache.triton.keys import config_name
 from tunecache.triton.options import Options
 
@@ -83,3 +94,56 @@ def test_a_config_early_config_prune_makes_up_joins_the_names() -> None:
 
 def _none(configs: list[Config], nargs: dict[str, Any], **kwargs: Any) -> list[Config]:
     return []
+
+
+class NeverBench:
+    """A do_bench that must not be called: pruning left one config, which Triton launches."""
+
+    def __call__(self, fn: Any, quantiles: tuple[float, ...]) -> list[float]:
+        raise AssertionError("one config was left, and it was benched")
+
+
+@pytest.mark.parametrize("top_k", [1, 0.25, 0.1])
+def test_a_perf_model_that_keeps_one_config_launches_it_without_a_bench(top_k: Any) -> None:
+    def model(**meta: Any) -> float:
+        return float(meta["BLOCK"])  # the smallest block predicted fastest
+
+    kernel = CpuKernel()
+    tuned = tuner(
+        kernel,
+        blocks(32, 16, 64, 8),
+        do_bench=NeverBench(),
+        prune_configs_by={"perf_model": model, "top_k": top_k},
+    )
+    out = launch(tuned, 64)
+    a, b, _ = operands(64)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-5)
+    assert tuned.best_config.kwargs == {"BLOCK": 8} and len(kernel.launches) == 1
+    assert tuned.stats["single"] == 1 and tuned.stats["tuned"] == 0
+    assert stored(64, tuned) is None  # nothing was measured: nothing is stored
+    launch(tuned, 64)
+    assert tuned.stats["single"] == 1 and len(kernel.launches) == 2  # the memo answers
+
+
+def test_a_perf_model_that_keeps_two_configs_benches_both() -> None:
+    def model(**meta: Any) -> float:
+        return float(meta["BLOCK"])
+
+    kernel = CpuKernel()
+    timer = TableTimer(kernel, {8: 2.0, 16: 1.0, 32: 3.0, 64: 4.0})
+    tuned = tuner(
+        kernel,
+        blocks(32, 16, 64, 8),
+        do_bench=timer,
+        prune_configs_by={"perf_model": model, "top_k": 2},
+    )
+    launch(tuned, 64)
+    assert sorted(timer.benched) == [8, 16] and tuned.best_config.kwargs == {"BLOCK": 16}
+
+
+def test_an_early_prune_that_keeps_nothing_raises_what_triton_callers_catch() -> None:
+    tuned = tuner(CpuKernel(), blocks(16, 32), prune_configs_by={"early_config_prune": _none})
+    with pytest.raises(NoConfigError, match="No valid autotuner configs after pruning") as error:
+        launch(tuned, 64)
+    assert isinstance(error.value, BadArgumentError) and "\n" not in str(error.value)
+    assert stored(64, tuned) is None

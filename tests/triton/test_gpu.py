@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.triton.fake import GPU
+import tunecache.triton as tct
+from tests.triton.fake import GPU, CpuKernel, configs, launch
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError
+from tunecache.errors import BadArgumentError, TunecacheError
 from tunecache.triton import GPU_BENCH, gpu
+from tunecache.triton.configs import NoConfigError
 from tunecache.triton.gpu import driver_version, gpu_backend, gpu_device
 
 
@@ -105,3 +107,28 @@ def test_the_backend_without_torch_says_it_needs_torch(
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     with pytest.raises(BadArgumentError, match=r"tunecache\.triton needs torch"):
         gpu_backend(None, flush_l2=True)
+
+
+def test_an_early_prune_that_keeps_nothing_raises_a_triton_error_too(
+    fake_gpu: SimpleNamespace,
+) -> None:
+    error = gpu_backend(GPU, flush_l2=False).no_config_error
+    assert error is not None
+    assert issubclass(error, NoConfigError) and issubclass(error, BadArgumentError)
+    assert issubclass(error, fake_gpu.triton.TritonError)
+    assert gpu.triton_no_config_error(fake_gpu.triton) is error  # made once per Triton
+
+    def keep_none(configs: list[Any], nargs: dict[str, Any], **kwargs: Any) -> list[Any]:
+        return []
+
+    kernel = tct.autotune(
+        configs(), key=["M"], prune_configs_by={"early_config_prune": keep_none}, device=GPU
+    )(CpuKernel())
+    with pytest.raises(fake_gpu.triton.TritonError, match="No valid autotuner configs") as caught:
+        launch(kernel, 64)
+    assert isinstance(caught.value, BadArgumentError)
+    # A Triton without TritonError, or with one that cannot be mixed in (here: its bases in
+    # the other order, so no method resolution order fits both): tunecache's own error.
+    assert gpu.triton_no_config_error(SimpleNamespace()) is NoConfigError
+    unmixable = SimpleNamespace(TritonError=type("TritonError", (ValueError, TunecacheError), {}))
+    assert gpu.triton_no_config_error(unmixable) is NoConfigError

@@ -10,6 +10,7 @@ import pytest
 import tunecache.triton as tct
 from tests.triton.fake import configs
 from tunecache.errors import BadArgumentError
+from tunecache.triton import options as options_module
 from tunecache.triton.options import DEFAULTS, Options
 
 
@@ -56,3 +57,17 @@ def test_the_defaults_are_the_decorators() -> None:
     assert options.bench == {} and options.dims is None and options.device is None
     with pytest.raises(TypeError, match="unexpected keyword arguments: nope"):
         Options(configs(), ["M"], nope=1)
+
+
+@pytest.mark.parametrize("value", [0, 0.5, 1, 3.0, -1, float("inf"), float("nan"), True, "1", None])
+def test_max_distance_is_checked_by_the_resolvers_rule_without_the_resolver(value: Any) -> None:
+    from tunecache import resolve
+
+    assert options_module.DEFAULT_MAX_DISTANCE == resolve.DEFAULT_MAX_DISTANCE
+    outcomes = []
+    for check in (options_module.check_max_distance, resolve.check_max_distance):
+        try:
+            outcomes.append(check(value))
+        except BadArgumentError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]

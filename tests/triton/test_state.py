@@ -52,6 +52,7 @@ def test_an_unwritable_store_keeps_tunings_in_memory(tmp_path: Path) -> None:
         warnings.simplefilter("always")
         launch(tuned, 96)
         launch(tuned, 96)
+        assert tuned.wait_pending(timeout=60)  # the writer's warning, said from its thread
     assert tuned.stats["tuned"] == 1
     assert [str(w.message) for w in caught if "stay in memory" in str(w.message)]
 
@@ -73,8 +74,9 @@ def test_a_warning_is_said_once_per_topic() -> None:
 def test_a_device_with_no_store_yet_has_no_old_entries(tmp_path: Path) -> None:
     store = KernelStore("mm", Options(blocks(16), ["M"], root=tmp_path), backend(), WarnOnce())
     state = store.open(0)
-    assert state.device == GPU and state.memo == {} and state.cache is None
+    assert state.device == GPU and state.memo == {}
+    assert state.destination is not None and not state.destination.db.exists()
     key = make_key("mm_F32", [("m", 64)])
     assert store.old_entries(Target(state, key, ("BLOCK=16",))) == []
     assert store.previous(Target(state, key, ("BLOCK=16",)), ["BLOCK=16"]) is None
-    assert state.cache is None  # nothing to reuse: the writable cache was never opened
+    assert not state.destination.db.exists()  # nothing read created it

@@ -1,29 +1,34 @@
-"""Issue 8's targets on a GPU: tunecache.triton.autotune beside triton.autotune, in one run.
+"""Issue 17's targets on a GPU: tunecache.triton.autotune beside triton.autotune, in one run, for
+two kernel families.
 
-    TUNECACHE_DIR=/tmp/tc python tools/gpu/bench_triton.py [--quick]
+    TUNECACHE_DIR=/tmp/tc python tools/gpu/bench_triton.py [--quick] [--family NAME] [--profile]
 
-The kernel is Triton's tutorial fp16 matmul with 12 configs (tools/gpu/matmul.py), N = K = 4096,
-M = 4096, 4000, 1024, 1000, 16, 17, 18, 4095. Three autotuners wrap the same JITFunction:
-triton.autotune with cache_results off and on, and tunecache.triton.autotune (with and without
-its L2 flush). Fairness: every config is compiled and launched once at every shape before any
-timing, so tuning times compare benching, not compiling (Triton specialises an int on whether it
-divides by 16, so M = 4095 and 4096 are different kernels). It prints:
+The families (each a module of this folder with the same interface): Triton's tutorial fp16
+matmul with 12 configs (matmul.py), and a row-wise fp16 layer norm with 10 configs
+(layernorm.py), a memory-bound kernel that is not a matmul. For each, autotuners wrap the same
+JITFunction: triton.autotune with cache_results off and on, and tunecache.triton.autotune (with
+and without its L2 flush). Fairness: every config is compiled and launched once at every shape
+before any timing, so tuning times compare benching, not compiling. Per family it prints:
 
-1. new-key tuning time (the first call of a key: bench, decision, store write) against Triton's;
-2. per shape, the runtime of each autotuner's pick over Triton's pick, measured by one method
-   (triton.testing.do_bench medians, the picks interleaved round by round);
-3. time to first call in a warm process: a fresh subprocess, store and caches on disk;
-4. unseen shapes next to tuned ones (4096, 1024, 16 tuned; 4095, 4000, 1000, 17, 18 served):
-   time to first call, and runtime over a full tune's pick.
+1. new-key tuning time in this process (bench, decision, the record handed to the writer)
+   against Triton's, for every shape after each autotuner's first;
+2. the runtime of each autotuner's pick over Triton's pick (triton.testing.do_bench medians, the
+   picks interleaved round by round);
+3. the first new key of a fresh process (tools/gpu/fresh.py): Triton's tune, tunecache's with
+   its store on disk, and with no store yet; the flush after it timed on its own;
+4. the first call of a stored key in a warm process, decoration timed with it, end to end and
+   with the kernel's modules preloaded;
+5. unseen shapes next to tuned ones: time to first call, and runtime over a full tune's pick;
 
-Triton's compiled kernels go to a fresh TRITON_CACHE_DIR under /tmp unless one is set.
+then every target of issue 17 for both families, each with its figure and verdict. Triton's
+compiled kernels go to a fresh TRITON_CACHE_DIR under /tmp unless one is set.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
+import importlib
 import os
 import platform
 import statistics
@@ -39,24 +44,26 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
 
-SHAPES = [4096, 4000, 1024, 1000, 16, 17, 18, 4095]
-QUICK_SHAPES = [4096, 1000, 16, 17]
-TUNED = [4096, 1024, 16]
-UNSEEN = [4095, 4000, 1000, 17, 18]
-QUICK_UNSEEN = [4095, 17]
-#: a key every autotuner tunes first, untimed: each one's one-time costs (Triton's benchmark
-#: buffer, tunecache opening its store) stay out of the per-key figures
-WARMUP_M = 2048
+import fresh  # noqa: E402
 
-TARGET_TUNE = 0.10  # new-key tuning time over Triton's, at most
+FAMILIES = ("matmul", "layernorm")
+
+TARGET_TUNE = 0.10  # new-key tuning time over Triton's, at most (the first of a process too)
+TARGET_DECORATE = 2e-3  # seconds of decoration, at most
+TARGET_WARM = 0.9  # warm first call (decoration included) over Triton's cache_results path
+TARGET_PRELOADED = 3.0  # the same with the kernel's modules preloaded, at most
 TARGET_PICK = 1.03  # runtime of the pick over Triton's pick, at most
 TARGET_BORROW = 1.05  # runtime of a borrowed config over a full tune's pick, at most
-
-KEY = ["M", "N", "K"]
+FIRST_RUNS = 3  # fresh processes per autotuner for part 3 (each a new key)
+WARM_RUNS = 3  # fresh processes per autotuner and variant for part 4
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
 
 
 def _sync() -> None:
@@ -65,29 +72,10 @@ def _sync() -> None:
     torch.cuda.synchronize()
 
 
-def first_call(kernel: Any, m: int, ops: dict[int, Any]) -> float:
-    """Seconds from a call to the end of its GPU work: for a new key, tuning included.
-
-    A garbage collection first, for every autotuner alike: a collection of the whole heap
-    (tens of ms with torch loaded) lands wherever allocation counts trip it, and would charge
-    whichever call ran then.
-    """
-    import matmul as mm
-
-    gc.collect()
-    _sync()
-    t0 = time.perf_counter()
-    kernel[mm.grid](*mm.args(*ops[m]))
-    _sync()
-    return time.perf_counter() - t0
-
-
-def launch_config(config: Any, m: int, ops: dict[int, Any]) -> Callable[[], None]:
-    import matmul as mm
-
-    a = mm.args(*ops[m])
+def launch_config(family: Any, config: Any, ops: tuple[Any, ...]) -> Callable[[], None]:
+    a = family.args(*ops)
     meta = config.all_kwargs()
-    return lambda: mm.matmul_kernel[mm.grid](*a, **meta)
+    return lambda: family.KERNEL[family.grid](*a, **meta)
 
 
 # -- setting up -----------------------------------------------------------------------------------
@@ -118,40 +106,42 @@ def versions() -> dict[str, str]:
         "triton": triton.__version__,
         "tunecache": tunecache.__version__,
         "python": platform.python_version(),
+        "bytecode": "written" if not sys.flags.dont_write_bytecode else "not written (precompiled)",
         "tunecache device": f"{device.cpu}-t{device.threads} ({device.accelerator})",
         "nvidia-smi": smi.replace("\n", " | "),
     }
 
 
-def precompile(shapes: list[int], ops: dict[int, Any]) -> float:
-    """Compile every config at every shape's specialisation, then launch each once."""
+def precompile(family: Any, shapes: list[int], ops: dict[int, Any]) -> float:
+    """Compile every config at every shape's specialisation, launch each once, check it."""
     from concurrent.futures import ThreadPoolExecutor
-
-    import matmul as mm
-    import torch
 
     t0 = time.perf_counter()
     try:
         from triton.runtime._async_compile import AsyncCompileMode
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 8) as pool, AsyncCompileMode(pool):
-            for m in shapes:
-                for config in mm.CONFIGS:
-                    mm.matmul_kernel.warmup(*mm.args(*ops[m]), grid=(1,), **config.all_kwargs())
+            for shape in shapes:
+                for config in family.CONFIGS:
+                    family.KERNEL.warmup(
+                        *family.args(*ops[shape]), grid=(1,), **config.all_kwargs()
+                    )
     except Exception as error:  # the launches below compile in order instead
         say(f"  (parallel compile unavailable: {type(error).__name__}: {error})")
-    for m in shapes:
-        a, b, c = ops[m]
-        for config in mm.CONFIGS:
-            c.fill_(float("nan"))
-            launch_config(config, m, ops)()
+    for shape in shapes:
+        for config in family.CONFIGS:
+            ops[shape][-1].fill_(float("nan"))
+            launch_config(family, config, ops[shape])()
             _sync()
-            reference = (a.float() @ b.float()).half()
-            err = float((c.float() - reference.float()).norm() / reference.float().norm())
+            err = family.error(ops[shape])
             if not err < 1e-2:
-                raise SystemExit(f"wrong result: M={m} {config}: relative error {err}")
-    torch.cuda.synchronize()
+                raise SystemExit(f"wrong result: {shape} {config}: relative error {err}")
+    _sync()
     return time.perf_counter() - t0
+
+
+def first_call(kernel: Any, family: Any, ops: tuple[Any, ...]) -> float:
+    return fresh.first_call(kernel, family, ops)
 
 
 def median_ms(fn: Callable[[], None]) -> float:
@@ -160,7 +150,7 @@ def median_ms(fn: Callable[[], None]) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median"))
 
 
-def compare(configs: list[Any], m: int, ops: dict[int, Any], rounds: int) -> dict[str, float]:
+def compare(family: Any, configs: list[Any], ops: tuple[Any, ...], rounds: int) -> dict[str, float]:
     """Median do_bench time (ms) of each distinct config, interleaved round by round."""
     import tunecache.triton as tct
 
@@ -168,397 +158,310 @@ def compare(configs: list[Any], m: int, ops: dict[int, Any], rounds: int) -> dic
     names = list(distinct)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            times[name].append(median_ms(launch_config(distinct[name], m, ops)))
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            times[name].append(median_ms(launch_config(family, distinct[name], ops)))
     return {n: statistics.median(t) for n, t in times.items()}
 
 
-def short(config: Any) -> str:
-    k = config.kwargs
-    return (
-        f"{k['BLOCK_SIZE_M']}x{k['BLOCK_SIZE_N']}x{k['BLOCK_SIZE_K']}"
-        f" s{config.num_stages} w{config.num_warps}"
-    )
+# -- 1 and 2: new keys in this process, and the picks ---------------------------------------------
 
 
-# -- the parts ----------------------------------------------------------------------------------
-
-
-def tuning(shapes: list[int], ops: dict[int, Any], roots: dict[str, Path]) -> dict[str, Any]:
+def tuning(family: Any, shapes: list[int], ops: dict[int, Any], root: Path) -> dict[str, Any]:
     """Part 1: every autotuner tunes every shape once; first-call times and picks."""
-    import matmul as mm
     import triton
 
     import tunecache.triton as tct
 
+    configs, key = family.CONFIGS, family.KEY
     tuners: dict[str, Any] = {
-        "triton": triton.autotune(configs=mm.CONFIGS, key=KEY)(mm.matmul_kernel),
-        "triton cache_results": triton.autotune(configs=mm.CONFIGS, key=KEY, cache_results=True)(
-            mm.matmul_kernel
+        "triton": triton.autotune(configs=configs, key=key)(family.KERNEL),
+        "triton cache_results": triton.autotune(configs=configs, key=key, cache_results=True)(
+            family.KERNEL
         ),
-        "tunecache": tct.autotune(configs=mm.CONFIGS, key=KEY, unseen="tune")(mm.matmul_kernel),
+        "tunecache": tct.autotune(configs=configs, key=key, unseen="tune")(family.KERNEL),
         "tunecache no flush": tct.autotune(
-            configs=mm.CONFIGS, key=KEY, unseen="tune", flush_l2=False, root=roots["noflush"]
-        )(mm.matmul_kernel),
+            configs=configs, key=key, unseen="tune", flush_l2=False, root=root
+        )(family.KERNEL),
     }
     names = list(tuners)
-    say("warm-up key M=2048, each autotuner's first key in this process (one-time costs):")
-    warm = {}
+    say(f"warm-up key {family.WARMUP}, each autotuner's first key in this process (untimed below):")
     for name in names:
-        warm[name] = first_call(tuners[name], WARMUP_M, ops)
-        say(f"  {name:<22} {warm[name] * 1e3:8.1f} ms")
-    say(
-        "  the first new key of a process: tunecache / triton"
-        f" {warm['tunecache'] / warm['triton']:.3f}"
-        " (tunecache opens its store then: SQLAlchemy imported, a new store's schema created);"
-    )
-    say("  the figures below are every later new key")
+        say(f"  {name:<22} {first_call(tuners[name], family, ops[family.WARMUP]) * 1e3:8.1f} ms")
+    # The warm-up keys' records are written before timing starts: the figures below are later
+    # keys, each record written behind its launch while the next key is timed.
+    tct.flush()
     times: dict[str, dict[int, float]] = {n: {} for n in names}
     picks: dict[str, dict[int, Any]] = {n: {} for n in names}
-    measured: dict[int, float] = {}
-    stored_in: dict[int, float] = {}
-    for i, m in enumerate(shapes):
-        order = names[i % len(names) :] + names[: i % len(names)]
-        for name in order:
-            times[name][m] = first_call(tuners[name], m, ops)
-            picks[name][m] = tuners[name].best_config
-            if name == "tunecache" and tuners[name].stats["tuned"] > len(measured) + 1:
-                measured[m] = tuners[name].bench_time
-                stored_in[m] = tuners[name].store_time
+    spent: dict[int, tuple[float, float]] = {}
+    for i, shape in enumerate(shapes):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            tuned_before = getattr(tuners[name], "stats", {}).get("tuned", 0)
+            times[name][shape] = first_call(tuners[name], family, ops[shape])
+            picks[name][shape] = tuners[name].best_config
+            if name == "tunecache" and tuners[name].stats["tuned"] > tuned_before:
+                spent[shape] = (tuners[name].bench_time, tuners[name].store_time)
+    flushed = time.perf_counter()
+    tct.flush()
+    flushed = time.perf_counter() - flushed
     say()
-    say("1. new-key tuning time (first call of a key; every config compiled beforehand)")
-    header = f"{'M':>6} " + " ".join(f"{n:>22}" for n in names) + "   tunecache / triton"
-    say(header)
-    for m in shapes:
-        cells = " ".join(f"{times[n][m] * 1e3:19.1f} ms" for n in names)
-        say(f"{m:>6} {cells}   {times['tunecache'][m] / times['triton'][m]:.3f}")
-    say("   tunecache's first call, per shape (bench: why it stopped, rounds; ms benching incl.")
-    say("   one untimed launch per config; ms storing; ms for the rest: key, lookups, launch):")
-    say(
-        "   "
-        + "; ".join(
-            f"M={m}: {how}"
-            for m, how in _bench_notes(
-                tuners["tunecache"], shapes, ops, measured, stored_in, times["tunecache"]
-            )
-        )
-    )
+    say(f"1. {family.NAME}: new-key tuning time in this process (every config compiled before)")
+    say(f"{'shape':>6} " + " ".join(f"{n:>22}" for n in names) + "   tunecache / triton")
+    for shape in shapes:
+        cells = " ".join(f"{times[n][shape] * 1e3:19.1f} ms" for n in names)
+        say(f"{shape:>6} {cells}   {times['tunecache'][shape] / times['triton'][shape]:.3f}")
+    notes = []
+    for shape in shapes:
+        if shape in spent:
+            bench, store = spent[shape]
+            rest = times["tunecache"][shape] - bench - store
+            notes.append(f"{shape}: {bench * 1e3:.0f} + {store * 1e3:.2f} + {rest * 1e3:.0f}")
+        else:
+            notes.append(f"{shape}: not tuned")
+    say("   tunecache's first call per shape, ms: bench (one untimed launch per config")
+    say("   included) + handing the record to the writer + the rest (key, lookups, launch):")
+    say("   " + "; ".join(notes))
     total = {n: sum(times[n].values()) for n in names}
     ratio = total["tunecache"] / total["triton"]
-    ratio_nf = total["tunecache no flush"] / total["triton"]
-    worst = max(times["tunecache"][m] / times["triton"][m] for m in shapes)
+    worst = max(times["tunecache"][s] / times["triton"][s] for s in shapes)
     say(
-        f"   all shapes: tunecache {total['tunecache']:.3f} s, triton {total['triton']:.3f} s,"
-        f" triton cache_results {total['triton cache_results']:.3f} s"
+        f"   all shapes: tunecache {total['tunecache']:.3f} s, triton {total['triton']:.3f} s;"
+        f" the writer's flush afterwards {flushed * 1e3:.1f} ms"
     )
-    verdict = "met" if ratio <= TARGET_TUNE else "NOT met"
     say(
         f"   ratio tunecache / triton: {ratio:.3f} overall, {worst:.3f} worst shape"
-        f" (no flush: {ratio_nf:.3f}); target <= {TARGET_TUNE}: {verdict}"
+        f" (no flush: {total['tunecache no flush'] / total['triton']:.3f});"
+        f" target <= {TARGET_TUNE}: {verdict(worst <= TARGET_TUNE)}"
     )
-    return {"tuners": tuners, "times": times, "picks": picks}
-
-
-def _bench_notes(
-    kernel: Any,
-    shapes: list[int],
-    ops: dict[int, Any],
-    measured: dict[int, float],
-    stored: dict[int, float],
-    times: dict[int, float],
-) -> list[tuple[int, str]]:
-    import matmul as mm
-
-    import tunecache.triton as tct
-    from tunecache.cache import Cache
-
-    out = []
-    with Cache.open(device=tct.gpu_device(0)) as cache:
-        for m in shapes:
-            entry = cache.get(kernel.key(*mm.args(*ops[m])), candidates=kernel.candidates)
-            record = cache.record(entry) if entry is not None else None
-            if record is None:
-                out.append((m, "no record"))
-                continue
-            s = record.settings
-            if m not in measured or m not in stored:
-                out.append((m, "not tuned"))
-                continue
-            rest = times[m] - measured[m] - stored[m]
-            out.append(
-                (
-                    m,
-                    f"{s.get('stopped')} r{s.get('rounds')} {measured[m] * 1e3:.0f}"
-                    f" + {stored[m] * 1e3:.0f} + {rest * 1e3:.0f}",
-                )
-            )
-    return out
+    return {"tuners": tuners, "times": times, "picks": picks, "tune_worst": worst}
 
 
 def picks_report(
-    shapes: list[int], ops: dict[int, Any], part1: dict[str, Any], rounds: int
-) -> None:
+    family: Any, shapes: list[int], ops: dict[int, Any], part1: Any, rounds: int
+) -> float:
     """Part 2: the runtime of each pick over Triton's pick, by one method, interleaved."""
+    import tunecache.triton as tct
+
     picks = part1["picks"]
     say()
-    say(f"2. runtime of the pick / runtime of Triton's pick (do_bench medians, {rounds} rounds)")
+    say(f"2. {family.NAME}: runtime of the pick / runtime of Triton's pick ({rounds} rounds)")
     say(
-        f"{'M':>6} {'triton pick':>18} {'tunecache pick':>18} {'tc/triton':>10}"
+        f"{'shape':>6} {'triton pick':>18} {'tunecache pick':>18} {'tc/triton':>10}"
         f" {'no-flush/tri':>13} {'tri cache/tri':>14}"
     )
     worst = 0.0
-    worst_nf = 0.0
-    for m in shapes:
-        configs = [
-            picks[n][m]
-            for n in ("triton", "tunecache", "tunecache no flush", "triton cache_results")
+    for shape in shapes:
+        order = ("triton", "tunecache", "tunecache no flush", "triton cache_results")
+        ms = compare(family, [picks[n][shape] for n in order], ops[shape], rounds)
+        r = [
+            ms[tct.config_name(picks[n][shape])] / ms[tct.config_name(picks["triton"][shape])]
+            for n in order
         ]
-        ms = compare(configs, m, ops, rounds)
-        import tunecache.triton as tct
-
-        ref = ms[tct.config_name(picks["triton"][m])]
-        r_tc = ms[tct.config_name(picks["tunecache"][m])] / ref
-        r_nf = ms[tct.config_name(picks["tunecache no flush"][m])] / ref
-        r_on = ms[tct.config_name(picks["triton cache_results"][m])] / ref
-        worst, worst_nf = max(worst, r_tc), max(worst_nf, r_nf)
+        worst = max(worst, r[1])
         say(
-            f"{m:>6} {short(picks['triton'][m]):>18} {short(picks['tunecache'][m]):>18}"
-            f" {r_tc:10.3f} {r_nf:13.3f} {r_on:14.3f}   (triton pick {ref * 1e3:.1f} us)"
+            f"{shape:>6} {family.short(picks['triton'][shape]):>18}"
+            f" {family.short(picks['tunecache'][shape]):>18} {r[1]:10.3f} {r[2]:13.3f} {r[3]:14.3f}"
         )
-    verdict = "met" if worst <= TARGET_PICK else "NOT met"
     say(
-        f"   worst tunecache/triton: {worst:.3f} (no flush: {worst_nf:.3f});"
-        f" target <= {TARGET_PICK}: {verdict}"
+        f"   worst tunecache/triton: {worst:.3f};"
+        f" target <= {TARGET_PICK}: {verdict(worst <= TARGET_PICK)}"
     )
     say("   (tri cache/tri: Triton's own second tuning of the same key, a measure of its noise)")
+    return worst
 
 
-def child(
-    mode: str, m: int, root: str | None, profile: bool = False, preload: str | None = None
-) -> None:
-    """A fresh process: time its first call of a key whose decision is on disk.
+# -- 3 and 4: fresh processes ---------------------------------------------------------------------
 
-    With `preload` (indexes into CONFIGS), those configs are launched directly first: the
-    kernel's module is then loaded (and Triton's own one-time hashing done), so the first call
-    measures only what the autotuner adds.
-    """
-    import matmul as mm
-    import torch
-    import triton
 
-    # The decoration is timed too, tunecache's import included: work moved there from the
-    # first call must still count.
-    t0 = time.perf_counter()
-    if mode == "triton":
-        kernel = triton.autotune(configs=mm.CONFIGS, key=KEY, cache_results=True)(mm.matmul_kernel)
-    else:
-        import tunecache.triton as tct
-
-        kernel = tct.autotune(configs=mm.CONFIGS, key=KEY, unseen="borrow", root=root)(
-            mm.matmul_kernel
-        )
-    decorate = time.perf_counter() - t0
-    ops = {m: mm.operands(m)}
-    for index in [int(i) for i in preload.split(",")] if preload else []:
-        launch_config(mm.CONFIGS[index], m, ops)()
-    torch.cuda.synchronize()
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-    first = first_call(kernel, m, ops)
-    if profiler is not None:
-        import io
-        import pstats
-
-        profiler.disable()
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
-        print(text.getvalue(), file=sys.stderr)
-    second = first_call(kernel, m, ops)
-    heavy = sorted({n.split(".")[0] for n in sys.modules} & {"sqlalchemy", "alembic"})
-    stats = getattr(kernel, "stats", None)
-    benched = hasattr(kernel, "bench_time") if mode == "triton" else bool(stats and stats["tuned"])
-    print(
-        json.dumps(
-            {
-                "first": first,
-                "decorate": decorate,
-                "second": second,
-                "imported": heavy,
-                "benched": benched,
-                "stats": stats,
-            }
-        )
+def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
+    """Part 3: the first new key of a fresh process, each run a key nobody has seen."""
+    say()
+    say(f"3. {family.NAME}: the first new key of a fresh process (every config launched once")
+    say(
+        "   directly first; each run a new key, shape "
+        f"{family.FIRST}+run; the store on disk holds part 1's keys)"
     )
+    rows: dict[str, list[dict[str, Any]]] = {
+        "triton": [],
+        "tunecache": [],
+        "tunecache no store": [],
+    }
+    for r in range(runs):
+        shape = family.FIRST + r
+        for mode in list(rows)[r % 3 :] + list(rows)[: r % 3]:
+            root = None
+            if mode == "tunecache no store":
+                root = Path(tempfile.mkdtemp(prefix="tc-nostore-", dir=scratch))
+            rows[mode].append(fresh.run("first", family.NAME, mode.split()[0], shape, root))
+    ratios = {}
+    for mode, got in rows.items():
+        med = statistics.median(g["first"] for g in got)
+        line = (
+            f"   {mode:<19} first call {med * 1e3:8.1f} ms (runs: "
+            + ", ".join(f"{g['first'] * 1e3:.1f}" for g in got)
+            + f"); decoration {statistics.median(g['decorate'] for g in got) * 1e3:.2f} ms"
+        )
+        if mode != "triton":
+            flush = statistics.median(g["flush"] for g in got) * 1e3
+            line += (
+                f"; bench {statistics.median(g['bench_time'] for g in got) * 1e3:.0f} ms;"
+                f" then the flush {flush:.1f} ms; SQLAlchemy/Alembic by the first call:"
+                f" {got[0]['imported'] or 'no'},"
+                f" by the flush: {got[0]['imported_by_flush'] or 'no'}"
+            )
+            ratios[mode] = statistics.median(
+                g["first"] / t["first"] for g, t in zip(got, rows["triton"], strict=True)
+            )
+        say(line + f"; output error {max(g['error'] for g in got):.1e}")
+    for mode, ratio in ratios.items():
+        say(
+            f"   {mode} / triton: {ratio:.3f};"
+            f" target <= {TARGET_TUNE}: {verdict(ratio <= TARGET_TUNE)}"
+        )
+    return ratios
 
 
-def run_child(
-    mode: str, m: int, root: Path | None = None, profile: bool = False, preload: str = ""
-) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", mode, "--m", str(m)]
-    if preload:
-        command += ["--preload", preload]
-    if root is not None:
-        command += ["--root", str(root)]
-    if profile:
-        command.append("--profile")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"child {mode} M={m} failed:\n{done.stderr[-3000:]}")
-    if profile:
-        say(f"   profile of the first call, {mode}:")
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        for line in lines[:40]:
-            say(f"     {line[:150]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
-def warm_first_call(m: int, repeats: int, profile: bool, part1: dict[str, Any]) -> None:
-    """Part 3: the first call of a stored key in a fresh process, both persistent paths."""
-    import matmul as mm
-
+def warm_first_call(family: Any, part1: Any, runs: int, profile: bool) -> dict[str, float]:
+    """Part 4: the first call of a stored key in a fresh process, both persistent paths."""
     import tunecache.triton as tct
 
+    shape = family.STORED
     if profile:
-        say()
         for mode in ("tunecache", "triton"):
-            run_child(mode, m, profile=True)
-    names = [tct.config_name(c) for c in mm.CONFIGS]
-    picks = {tct.config_name(part1["picks"][n][m]) for n in ("tunecache", "triton")}
-    preload = ",".join(str(names.index(p)) for p in sorted(picks))
+            fresh.run("warm", family.NAME, mode, shape, profile=True)
+    names = [tct.config_name(c) for c in family.CONFIGS]
+    picked = {
+        tct.config_name(part1["picks"][n][shape]) for n in ("tunecache", "triton cache_results")
+    }
+    preload = ",".join(str(names.index(p)) for p in sorted(picked))
     say()
     say(
-        f"3. time to first call in a warm process (fresh subprocess, M={m} on disk; {repeats} runs)"
+        f"4. {family.NAME}: first call in a warm process"
+        f" (fresh subprocess, {shape} on disk; {runs} runs)"
     )
-    ratios = {}
+    out = {}
     for label, loaded in (("end to end", ""), ("kernel module preloaded", preload)):
-        runs: dict[str, list[dict[str, Any]]] = {"tunecache": [], "triton": []}
-        for r in range(repeats):
+        got: dict[str, list[dict[str, Any]]] = {"tunecache": [], "triton": []}
+        for r in range(runs):
             for mode in ["tunecache", "triton"] if r % 2 == 0 else ["triton", "tunecache"]:
-                runs[mode].append(run_child(mode, m, preload=loaded))
-        med = {k: statistics.median(r["first"] for r in v) for k, v in runs.items()}
-        both = {
-            k: statistics.median(r["decorate"] + r["first"] for r in v) for k, v in runs.items()
-        }
-        ratios[label] = both["tunecache"] / both["triton"]
+                got[mode].append(fresh.run("warm", family.NAME, mode, shape, preload=loaded))
+        both = {m: statistics.median(g["decorate"] + g["first"] for g in v) for m, v in got.items()}
         say(f"   {label}:")
-        for mode, got in runs.items():
-            firsts = ", ".join(f"{r['first'] * 1e3:.1f}" for r in got)
-            second = statistics.median(r["second"] for r in got) * 1e3
-            decorate = statistics.median(r["decorate"] for r in got) * 1e3
+        for mode, v in got.items():
+            firsts = ", ".join(f"{g['first'] * 1e3:.1f}" for g in v)
+            decorate = statistics.median(g["decorate"] for g in v)
+            out[f"decorate {mode}"] = max(out.get(f"decorate {mode}", 0.0), decorate)
+            benched = any((g["stats"] or {}).get("tuned") or g.get("benched") for g in v)
             say(
-                f"     {mode:<10} first call {med[mode] * 1e3:8.1f} ms (runs: {firsts});"
-                f" decoration {decorate:.2f} ms; decoration + first call"
-                f" {both[mode] * 1e3:.1f} ms; second call {second:.2f} ms;"
-                f" benched: {any(r['benched'] for r in got)};"
-                f" SQLAlchemy/Alembic imported: {got[0]['imported'] or 'no'}"
+                f"     {mode:<10} first call"
+                f" {statistics.median(g['first'] for g in v) * 1e3:8.1f} ms"
+                f" (runs: {firsts}); decoration {decorate * 1e3:.2f} ms; decoration + first call"
+                f" {both[mode] * 1e3:.1f} ms; second call"
+                f" {statistics.median(g['second'] for g in v) * 1e3:.2f} ms; benched: {benched};"
+                f" SQLAlchemy/Alembic imported: {v[0]['imported'] or 'no'}"
             )
-        say(
-            f"     tunecache / triton cache_results: first call"
-            f" {med['tunecache'] / med['triton']:.3f}, decoration + first call"
-            f" {ratios[label]:.3f}"
-        )
-    verdict = "met" if ratios["end to end"] < 1 else "NOT met"
+        out[label] = both["tunecache"] / both["triton"]
+        say(f"     tunecache / triton cache_results, decoration + first call: {out[label]:.3f}")
     say(
-        "   target: a warm first call (decoration included) faster than Triton's cache_results"
-        f" path: {verdict}"
+        f"   targets: decoration <= {TARGET_DECORATE * 1e3:.0f} ms:"
+        f" {verdict(out['decorate tunecache'] <= TARGET_DECORATE)}; end to end <= {TARGET_WARM}:"
+        f" {verdict(out['end to end'] <= TARGET_WARM)}; preloaded <= {TARGET_PRELOADED}:"
+        f" {verdict(out['kernel module preloaded'] <= TARGET_PRELOADED)}"
     )
-    say("   (end to end, both pay Triton's one-time JIT costs: hashing its own sources and loading")
-    say("   the kernel module; preloaded, the first call is the autotuner's lookup and one launch)")
+    return out
+
+
+# -- 5: borrowing ---------------------------------------------------------------------------------
 
 
 def borrowing(
-    ops: dict[int, Any], unseen: list[int], part1: dict[str, Any], root: Path, rounds: int
-) -> None:
-    """Part 4: tune a few shapes, then serve their neighbours with no tuning."""
-    import matmul as mm
-
+    family: Any, ops: dict[int, Any], unseen: list[int], part1: Any, root: Path, rounds: int
+) -> float:
+    """Part 5: tune a few shapes, then serve their neighbours with no tuning."""
     import tunecache.triton as tct
 
-    tuned = tct.autotune(configs=mm.CONFIGS, key=KEY, root=root)(mm.matmul_kernel)
-    for m in TUNED:
-        first_call(tuned, m, ops)
-    served = tct.autotune(configs=mm.CONFIGS, key=KEY, root=root)(mm.matmul_kernel)
-    first_call(served, TUNED[0], ops)  # the table opened, as in any process that ran once
+    configs, key = family.CONFIGS, family.KEY
+    tuned = tct.autotune(configs=configs, key=key, root=root)(family.KERNEL)
+    for shape in family.TUNED:
+        first_call(tuned, family, ops[shape])
+    served = tct.autotune(configs=configs, key=key, root=root)(family.KERNEL)
+    first_call(served, family, ops[family.TUNED[0]])  # its first look waits for tuned's records
     say()
-    say(f"4. unseen shapes beside tuned ones (tuned: M={TUNED}; served: M={unseen})")
     say(
-        f"{'M':>6} {'borrowed from':>14} {'first call':>11} {'triton tunes':>13}"
-        f" {'pick':>18} {'/ full tune':>12} {'/ triton':>9} {'fresh process':>14}"
+        f"5. {family.NAME}: unseen shapes beside tuned ones"
+        f" (tuned: {family.TUNED}; served: {unseen})"
+    )
+    say(
+        f"{'shape':>6} {'borrowed from':>14} {'first call':>11} {'triton tunes':>13}"
+        f" {'pick':>18} {'/ full tune':>12} {'/ triton':>9}"
     )
     worst = 0.0
     borrowed: dict[int, Any] = {}
-    for m in unseen:
-        t = first_call(served, m, ops)
-        borrowed[m] = served.best_config
+    for shape in unseen:
+        t = first_call(served, family, ops[shape])
+        borrowed[shape] = pick = served.best_config
         pending = {p.key: p for p in served.pending}
-        key = served.key(*mm.args(*ops[m]))
-        source = pending[key].answer.borrowed_from if key in pending else None
-        origin = dict(source.dims)["m"] if source is not None else "-"
-        pick = served.best_config
-        full = part1["picks"]["tunecache"].get(m)
-        ref = part1["picks"]["triton"].get(m)
-        configs = [pick] + [c for c in (full, ref) if c is not None]
-        ms = compare(configs, m, ops, rounds)
+        k = served.key(*family.args(*ops[shape]))
+        source = pending[k].answer.borrowed_from if k in pending else None
+        origin = "/".join(str(v) for _, v in source.dims) if source is not None else "-"
+        full = part1["picks"]["tunecache"].get(shape)
+        ref = part1["picks"]["triton"].get(shape)
+        ms = compare(family, [pick] + [c for c in (full, ref) if c is not None], ops[shape], rounds)
         mine = ms[tct.config_name(pick)]
         r_full = mine / ms[tct.config_name(full)] if full is not None else float("nan")
         r_tri = mine / ms[tct.config_name(ref)] if ref is not None else float("nan")
-        worst = max(worst, r_full)
-        fresh = run_child("tunecache", m, root)
-        tri_time = part1["times"]["triton"].get(m)
-        tri_text = f"{tri_time * 1e3:10.0f} ms" if tri_time is not None else f"{'-':>13}"
+        if full is not None:
+            worst = max(worst, r_full)
+        tri = part1["times"]["triton"].get(shape)
+        tri_text = f"{tri * 1e3:10.0f} ms" if tri is not None else f"{'-':>13}"
         say(
-            f"{m:>6} {origin!s:>14} {t * 1e3:8.2f} ms {tri_text} {short(pick):>18}"
-            f" {r_full:12.3f} {r_tri:9.3f} {fresh['first'] * 1e3:11.1f} ms"
+            f"{shape:>6} {origin:>14} {t * 1e3:8.2f} ms {tri_text} {family.short(pick):>18}"
+            f" {r_full:12.3f} {r_tri:9.3f}"
         )
-    say(f"   benches while serving: {served.stats['tuned']} (stats {served.stats})")
-    verdict = "met" if worst <= TARGET_BORROW and served.stats["tuned"] == 0 else "NOT met"
+    benched = served.stats["tuned"]
+    say(f"   benches while serving: {benched} (stats {served.stats})")
+    met = worst <= TARGET_BORROW and benched == 0
     say(
         f"   worst runtime / full tune: {worst:.3f};"
-        f" target 0 tuning and <= {TARGET_BORROW}: {verdict}"
+        f" target 0 tuning and <= {TARGET_BORROW}: {verdict(met)}"
     )
     t0 = time.perf_counter()
     done = served.tune_pending()
     spent = time.perf_counter() - t0
     changed = []
-    for m in unseen:
-        first_call(served, m, ops)
-        if tct.config_name(served.best_config) != tct.config_name(borrowed[m]):
-            changed.append(f"M={m}: {short(borrowed[m])} -> {short(served.best_config)}")
+    for shape in unseen:
+        first_call(served, family, ops[shape])
+        if tct.config_name(served.best_config) != tct.config_name(borrowed[shape]):
+            changed.append(
+                f"{shape}: {family.short(borrowed[shape])} -> {family.short(served.best_config)}"
+            )
     say(
         f"   tune_pending(): {len(done)} keys tuned in {spent:.2f} s;"
         f" picks changed: {'; '.join(changed) or 'none'}"
     )
+    return worst if benched == 0 else float("inf")
 
 
-def evidence(root: Path | None) -> None:
+def evidence(family: Any, ops: dict[int, Any]) -> None:
     """What `tunecache inspect` shows for one tuned key: every config's timings."""
-    import matmul as mm
-
     import tunecache.triton as tct
     from tunecache import maintain
     from tunecache.cache import Cache
 
-    kernel = tct.autotune(configs=mm.CONFIGS, key=KEY)(mm.matmul_kernel)
-    device = tct.gpu_device(0)
-    key = kernel.key(*mm.args(*mm.operands(4096)))
-    with Cache.open(device=device, root=root) as cache:
+    kernel = tct.autotune(configs=family.CONFIGS, key=family.KEY)(family.KERNEL)
+    key = kernel.key(*family.args(*ops[family.STORED]))
+    tct.flush()
+    with Cache.open(device=tct.gpu_device(0)) as cache:
         (item,) = maintain.inspect(cache, key)
         say()
-        say(f"the evidence kept for {key.text} (entry {item.entry.id}, {cache.path}):")
+        say(f"the evidence kept for {key.text} (entry {item.entry.id}):")
         for c in item.candidates:
-            note = " <- chosen" if c.chosen else ""
             median = f"{c.median_s * 1e6:9.1f} us" if c.median_s is not None else f"{'-':>12}"
-            say(f"   {c.name:<78} {median} x{c.samples:<2} {c.error or ''}{note}")
+            say(
+                f"   {c.name:<78} {median} x{c.samples:<2} {c.error or ''}"
+                f"{' <- chosen' if c.chosen else ''}"
+            )
         shown = {
-            k: item.settings[k]
-            for k in ("stopped", "rounds", "elapsed", "sample_time")
-            if k in item.settings
+            k: item.settings[k] for k in ("stopped", "rounds", "elapsed") if k in item.settings
         }
         say(f"   bench: {shown}")
 
@@ -566,18 +469,112 @@ def evidence(root: Path | None) -> None:
 # -- main -----------------------------------------------------------------------------------------
 
 
+def family_report(name: str, options: Any, scratch: Path) -> dict[str, Any]:
+    """Every part for one kernel family; its figures for the summary."""
+    import torch
+
+    family = importlib.import_module(name)
+    quick = options.quick
+    shapes = family.QUICK_SHAPES if quick else family.SHAPES
+    unseen = family.QUICK_UNSEEN if quick else family.UNSEEN
+    rounds = 3 if quick else 5
+    firsts = [family.FIRST + r for r in range(FIRST_RUNS)]
+    every = sorted({*shapes, *family.TUNED, *unseen, family.WARMUP, family.STORED, *firsts})
+    say()
+    say(f"== {family.NAME}: {family.TITLE}")
+    ops = {shape: family.operands(shape) for shape in every}
+    say(f"compiling and checking {len(family.CONFIGS)} configs at {every} ...")
+    say(f"  done in {precompile(family, every, ops):.1f} s (every config correct against torch)")
+    failed: list[str] = []
+
+    def attempt(title: str, step: Callable[[], Any]) -> Any:
+        try:
+            return step()
+        except Exception:
+            failed.append(title)
+            say(f"part {title} of {name} failed:")
+            say(traceback.format_exc())
+            return None
+
+    part1 = attempt("1", lambda: tuning(family, shapes, ops, scratch / f"{name}-noflush"))
+    part1 = part1 or {"picks": {}, "times": {}}
+    figures: dict[str, Any] = {"tune": part1.get("tune_worst")}
+    figures["pick"] = attempt("2", lambda: picks_report(family, shapes, ops, part1, rounds))
+    figures["first"] = attempt("3", lambda: first_new_key(family, scratch, FIRST_RUNS))
+    runs = 2 if quick else WARM_RUNS
+    figures["warm"] = attempt("4", lambda: warm_first_call(family, part1, runs, options.profile))
+    root = scratch / f"{name}-borrow"
+    figures["borrow"] = attempt("5", lambda: borrowing(family, ops, unseen, part1, root, rounds))
+    attempt("evidence", lambda: evidence(family, ops))
+    figures["failed"] = failed
+    ops.clear()
+    part1.clear()
+    gc.collect()
+    torch.cuda.empty_cache()
+    return figures
+
+
+def summary(results: dict[str, dict[str, Any]]) -> None:
+    """Every target of issue 17, for every family, with its figure."""
+    say()
+    say("== issue 17's targets (figure; verdict), per family")
+
+    def row(
+        what: str, get: Callable[[dict[str, Any]], float | None], target: float, unit: str = "x"
+    ) -> None:
+        cells = []
+        for name, figures in results.items():
+            try:
+                value = get(figures)
+            except (KeyError, TypeError):
+                value = None
+            if value is None:
+                cells.append(f"{name}: not measured")
+                continue
+            shown = f"{value * 1e3:.2f} ms" if unit == "ms" else f"{value:.3f}"
+            cells.append(f"{name}: {shown} ({verdict(value <= target)})")
+        limit = f"{target * 1e3:g} ms" if unit == "ms" else f"{target:g}"
+        say(f"  {what} <= {limit}: " + "; ".join(cells))
+
+    row("new key in a process, worst shape / triton", lambda f: f["tune"], TARGET_TUNE)
+    row(
+        "first new key of a process, store on disk / triton",
+        lambda f: f["first"]["tunecache"],
+        TARGET_TUNE,
+    )
+    row(
+        "first new key of a process, no store yet / triton",
+        lambda f: f["first"]["tunecache no store"],
+        TARGET_TUNE,
+    )
+    row("decoration", lambda f: f["warm"]["decorate tunecache"], TARGET_DECORATE, "ms")
+    row(
+        "warm first call + decoration / triton cache_results",
+        lambda f: f["warm"]["end to end"],
+        TARGET_WARM,
+    )
+    row(
+        "the same, kernel modules preloaded",
+        lambda f: f["warm"]["kernel module preloaded"],
+        TARGET_PRELOADED,
+    )
+    row("pick's runtime / triton's pick, worst", lambda f: f["pick"], TARGET_PICK)
+    row("borrowed pick's runtime / a full tune's, worst", lambda f: f["borrow"], TARGET_BORROW)
+    say(
+        "  config correctness (item 5, the output check of configs): tunecache has no such check"
+        " yet (the 'tuning you can trust' issue has not landed): none is on, it costs nothing"
+    )
+    failed = {n: f["failed"] for n, f in results.items() if f.get("failed")}
+    if failed:
+        say(f"  parts that failed: {failed}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="4 shapes, fewer rounds")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--m", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--root", help=argparse.SUPPRESS)
-    parser.add_argument("--preload", help=argparse.SUPPRESS)
-    parser.add_argument("--profile", action="store_true", help="profile part 3's first calls")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes, rounds and runs")
+    parser.add_argument("--family", choices=FAMILIES, action="append", help="only these")
+    parser.add_argument("--profile", action="store_true", help="profile part 4's first calls")
     options = parser.parse_args()
-    if options.child:
-        child(options.child, options.m, options.root, options.profile, options.preload)
-        return 0
     # A fresh store every run (inside $TUNECACHE_DIR if set): keys stored by an earlier run
     # would be answered, not tuned.
     parent = os.environ.get("TUNECACHE_DIR") or None
@@ -586,40 +583,16 @@ def main() -> int:
     os.environ["TUNECACHE_DIR"] = tempfile.mkdtemp(prefix="tc-bench-store-", dir=parent)
     if not os.environ.get("TRITON_CACHE_DIR"):
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="tc-bench-triton-")
-    import matmul as mm
-    import torch
-
-    say("tunecache.triton.autotune vs triton.autotune: fp16 matmul, 12 configs, N = K = 4096")
+    say("tunecache.triton.autotune vs triton.autotune: " + ", ".join(options.family or FAMILIES))
     for name, value in versions().items():
         say(f"  {name}: {value}")
     say(f"  store: {os.environ['TUNECACHE_DIR']}   triton cache: {os.environ['TRITON_CACHE_DIR']}")
-    quick = options.quick
-    shapes = QUICK_SHAPES if quick else SHAPES
-    unseen = QUICK_UNSEEN if quick else UNSEEN
-    rounds = 3 if quick else 5
-    every = sorted({*shapes, *TUNED, *unseen, WARMUP_M})
-    ops = {m: mm.operands(m) for m in every}
-    say(f"compiling and checking 12 configs at M = {every} ...")
-    say(f"  done in {precompile(every, ops):.1f} s (every config correct against torch, fp32 ref)")
     scratch = Path(tempfile.mkdtemp(prefix="tc-bench-roots-"))
-    roots = {"noflush": scratch / "noflush", "borrow": scratch / "borrow"}
-    failures = 0
-    part1: dict[str, Any] = {"picks": {}, "times": {}}
-    for title, step in (
-        ("1", lambda: part1.update(tuning(shapes, ops, roots))),
-        ("2", lambda: picks_report(shapes, ops, part1, rounds)),
-        ("3", lambda: warm_first_call(4096, 3 if quick else 5, options.profile, part1)),
-        ("4", lambda: borrowing(ops, unseen, part1, roots["borrow"], rounds)),
-        ("evidence", lambda: evidence(None)),
-    ):
-        try:
-            step()
-        except Exception:
-            failures += 1
-            say(f"part {title} failed:")
-            say(traceback.format_exc())
-    del torch
-    return 1 if failures else 0
+    started = time.perf_counter()
+    results = {name: family_report(name, options, scratch) for name in options.family or FAMILIES}
+    summary(results)
+    say(f"(the benchmark took {time.perf_counter() - started:.0f} s)")
+    return 1 if any(f.get("failed") for f in results.values()) else 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     TUNECACHE_DIR=/tmp/tc python tools/gpu/check_triton.py
 
 CI has no GPU, so this runs on the device machine beside the benchmark. Each check prints one
-line and stops the script with an AssertionError if the behaviour is wrong.
+line and stops the script with an AssertionError if the behaviour is wrong. The records of tuned
+keys are written behind their launches: `stored` flushes the writer before it reads the store.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent.parent)]
 
+import layernorm as ln  # noqa: E402
 import matmul as mm  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -60,6 +62,7 @@ def ok(text: str) -> None:
 
 
 def stored(kernel: Any, *args: Any) -> Any:
+    assert tct.flush(timeout=120), "the writer did not finish in 120 s"
     with Cache.open(device=tct.gpu_device()) as cache:
         entry = cache.get(kernel.key(*args), candidates=kernel.candidates)
         return entry, (cache.record(entry) if entry is not None else None)
@@ -150,7 +153,65 @@ def main() -> None:
     assert torch.equal(out, x * 2.0)
     assert stacked.spec.op == "scale", stacked.spec.op
     ok("autotune over triton.heuristics over triton.jit: launches, and keys by the kernel name")
+    drop_in_checks()
+    second_family()
     print("all GPU checks passed", flush=True)
+
+
+def _never_bench(fn: Any, quantiles: Any) -> Any:
+    raise AssertionError("pruning left one config, and it was benched")
+
+
+def drop_in_checks() -> None:
+    """Where Triton's own autotuner tests found tunecache differing from Triton (issue 17)."""
+
+    def model(**meta: Any) -> float:
+        return float(meta["BLOCK"])  # the smallest block predicted fastest
+
+    one = tct.autotune(
+        configs=BLOCKS,
+        key=["n"],
+        prune_configs_by={"perf_model": model, "top_k": 1},
+        do_bench=_never_bench,
+    )(bump)
+    x = torch.randn(5000, device="cuda")
+    before = x.clone()
+    one[vgrid](x, x.numel())
+    torch.cuda.synchronize()
+    assert torch.equal(x, before + 1.0)
+    assert one.best_config.kwargs == {"BLOCK": 256} and one.stats["single"] == 1, one.stats
+    assert stored(one, x, x.numel())[0] is None
+    ok("perf_model with top_k=1: its one config launched without a bench (do_bench raises)")
+
+    def keep_none(cfgs: list[Any], nargs: dict[str, Any], **kwargs: Any) -> list[Any]:
+        return []
+
+    empty = tct.autotune(
+        configs=BLOCKS, key=["n"], prune_configs_by={"early_config_prune": keep_none}
+    )(bump)
+    try:
+        empty[vgrid](x, x.numel())
+    except triton.TritonError as error:
+        assert isinstance(error, tct.NoConfigError), type(error).__mro__
+        assert "No valid autotuner configs after pruning" in str(error), str(error)
+        shown = str(error)
+    else:
+        raise AssertionError("an early_config_prune that keeps nothing raised nothing")
+    ok(f"early_config_prune keeping nothing: `except triton.TritonError` catches {shown[:60]}...")
+
+
+def second_family() -> None:
+    """The benchmark's second kernel, a layer norm: tuned, correct, its record stored."""
+    kernel = tct.autotune(configs=ln.CONFIGS, key=ln.KEY)(ln.KERNEL)
+    ops = ln.operands(5000)
+    kernel[ln.grid](*ln.args(*ops))
+    torch.cuda.synchronize()
+    assert ln.error(ops) < 1e-2, ln.error(ops)
+    entry, record = stored(kernel, *ln.args(*ops))
+    assert entry is not None and record is not None and kernel.stats["tuned"] == 1
+    measured = [t for t in record.candidates if t.samples]
+    assert len(measured) == len(ln.CONFIGS), [t.name for t in record.candidates]
+    ok(f"layer norm N=5000 tuned in {kernel.bench_time:.3f} s, correct: {entry.choice}")
 
 
 if __name__ == "__main__":

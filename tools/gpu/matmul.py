@@ -3,7 +3,9 @@
 The kernel is the grouped-ordering matmul of Triton's matrix-multiplication tutorial (fp16 in,
 fp32 accumulation, fp16 out); the configs are the tutorial's 8 fp16 configs plus 4 larger tiles
 that fit an H100/H200's 228 KB of shared memory. `OVERSIZED` does not fit: it checks that a
-config failing with OutOfResources is recorded and skipped.
+config failing with OutOfResources is recorded and skipped. The interface the benchmark uses
+for every kernel family (layernorm.py has the same): CONFIGS, KEY, KERNEL, grid, operands, args,
+error, short, and the shapes of each part.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+
+NAME = "matmul"
+TITLE = "fp16 matmul, 12 configs, N = K = 4096"
 
 
 @triton.jit
@@ -96,7 +101,21 @@ CONFIGS = [
 #: the 228 KB of an H100/H200, so launching it raises OutOfResources
 OVERSIZED = _config(128, 256, 128, 4, 8)
 
+KERNEL = matmul_kernel
+KEY = ["M", "N", "K"]
+
 N = K = 4096
+
+#: the sizes M of part 1 (new keys), of the quick run, of part 4 (tuned, then served), the
+#: warm-up key, the key a fresh process meets first, and the one a warm process finds stored
+SHAPES = [4096, 4000, 1024, 1000, 16, 17, 18, 4095]
+QUICK_SHAPES = [4096, 1000, 16, 17]
+TUNED = [4096, 1024, 16]
+UNSEEN = [4095, 4000, 1000, 17, 18]
+QUICK_UNSEEN = [4095, 17]
+WARMUP = 2048
+FIRST = 3000
+STORED = 4096
 
 
 def grid(meta: dict[str, Any]) -> tuple[int]:
@@ -130,4 +149,19 @@ def args(a: Any, b: Any, c: Any) -> tuple[Any, ...]:
         b.stride(1),
         c.stride(0),
         c.stride(1),
+    )
+
+
+def error(ops: tuple[Any, ...]) -> float:
+    """The relative error of C against A @ B in fp32."""
+    a, b, c = ops
+    reference = a.float() @ b.float()
+    return float((c.float() - reference).norm() / reference.norm())
+
+
+def short(config: Any) -> str:
+    k = config.kwargs
+    return (
+        f"{k['BLOCK_SIZE_M']}x{k['BLOCK_SIZE_N']}x{k['BLOCK_SIZE_K']}"
+        f" s{config.num_stages} w{config.num_warps}"
     )

@@ -6,25 +6,38 @@ writes entries in bulk (an import, a merge) should write through: it finds or ma
 candidate sets and models of the whole batch with one lookup each, then inserts and replaces
 the entries, their records and verdicts with one executemany per statement (`Prepared`). Like
 `tunecache.store.rows`, it runs inside a write transaction the caller holds and checks nothing:
-the caller checked everything first (`tunecache.writes` does it for the store API).
+the caller checked everything first (`tunecache.writes` does it for the store API). The values
+it writes are plain ones (`tunecache.store.values`, re-exported here), which the stdlib-sqlite3
+writer (`tunecache.store.direct`) writes as the same rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, delete, insert, literal_column, select, update
 
-from tunecache import codec
-from tunecache.keys import Key
 from tunecache.store import models as tables
 from tunecache.store import queries
 from tunecache.store.models import utcnow
 from tunecache.store.prepared import Lookup, Prepared
+from tunecache.store.values import (
+    ENTRY_VALUES,
+    RECORD_VALUES,
+    TIMING_VALUES,
+    EntryWrite,
+    OldEntry,
+    RecordRow,
+    Slot,
+    TimingRow,
+    VerdictWrite,
+    collapse,
+    dims_text,
+    record_row,
+)
 
 __all__ = [
     "EntryWrite",
@@ -40,11 +53,6 @@ __all__ = [
 ]
 
 
-def dims_text(key: Key) -> str:
-    """A key's dims as the `keys.dims` column keeps them: `b=1 m=288 k=96 n=64`."""
-    return " ".join(f"{name}={value}" for name, value in key.dims)
-
-
 _E, _K, _S, _V = tables.ENTRIES, tables.KEYS, tables.CANDIDATE_SETS, tables.VALIDATIONS
 _M, _T = tables.MODELS, tables.TIMING_RECORDS
 
@@ -52,34 +60,22 @@ _INSERT_KEY = Prepared(insert(_K), ("text", "signature", "dims"))
 _INSERT_SET = Prepared(insert(_S), ("signature", "checksum", "size", "created_at"))
 _INSERT_CANDIDATE = Prepared(insert(tables.CANDIDATES), ("set_id", "position", "name"))
 _INSERT_MODEL = Prepared(insert(_M), ("name", "fingerprint", "created_at"))
-_ENTRY_VALUES = ("choice", "heuristic", "status", "speedup", "run_id", "updated_at")
 _INSERT_ENTRY = Prepared(
-    insert(_E), ("device_id", "key_id", "candidate_set_id", *_ENTRY_VALUES, "created_at")
+    insert(_E), ("device_id", "key_id", "candidate_set_id", *ENTRY_VALUES, "created_at")
 )
 _WHERE_ENTRY = _E.c.id == bindparam("w_id")
-_UPDATE_ENTRY = Prepared(update(_E).where(_WHERE_ENTRY), (*_ENTRY_VALUES, "w_id"))
+_UPDATE_ENTRY = Prepared(update(_E).where(_WHERE_ENTRY), (*ENTRY_VALUES, "w_id"))
 _UPDATE_ENTRY_CREATED = Prepared(
-    update(_E).where(_WHERE_ENTRY), (*_ENTRY_VALUES, "created_at", "w_id")
+    update(_E).where(_WHERE_ENTRY), (*ENTRY_VALUES, "created_at", "w_id")
 )
 _DELETE_RECORD = Prepared(delete(_T).where(_T.c.entry_id == bindparam("w_entry")), ("w_entry",))
 _DELETE_VERDICTS = Prepared(delete(_V).where(_V.c.entry_id == bindparam("w_entry")), ("w_entry",))
-_RECORD_VALUES = (
-    "format_version",
-    "best",
-    "best_median_s",
-    "heuristic_median_s",
-    "candidates_count",
-    "samples_count",
-    "failures_count",
-    "data",
-)
-_INSERT_RECORD = Prepared(insert(_T), ("entry_id", *_RECORD_VALUES, "created_at"))
-_TIMING_VALUES = ("name", "samples", "inner_loops", "median_s", "min_s", "max_s", "pruned", "error")
-_INSERT_TIMING = Prepared(insert(tables.CANDIDATE_TIMINGS), ("record_id", *_TIMING_VALUES))
+_INSERT_RECORD = Prepared(insert(_T), ("entry_id", *RECORD_VALUES, "created_at"))
+_INSERT_TIMING = Prepared(insert(tables.CANDIDATE_TIMINGS), ("record_id", *TIMING_VALUES))
 _VERDICT_VALUES = ("verdict", "gain", "rounds", "confirmations", "run_id", "updated_at")
 # Each reads those columns' values off an EntryWrite, RecordRow or VerdictWrite, in order.
-_entry_values = attrgetter(*_ENTRY_VALUES)
-_record_values = attrgetter(*_RECORD_VALUES)
+_entry_values = attrgetter(*ENTRY_VALUES)
+_record_values = attrgetter(*RECORD_VALUES)
 _verdict_values = attrgetter(*_VERDICT_VALUES)
 _INSERT_VERDICT = Prepared(insert(_V), ("model_id", "entry_id", *_VERDICT_VALUES, "created_at"))
 _WHERE_VERDICT = (_V.c.model_id == bindparam("w_model")) & (_V.c.entry_id == bindparam("w_entry"))
@@ -115,150 +111,11 @@ _VERDICTS_ON = Lookup(select(_V.c.model_id, _V.c.entry_id), _V.c.entry_id)
 # --- many entries at once ----------------------------------------------------------------------
 
 
-class TimingRow(NamedTuple):
-    """One candidate's summary row of a timing record: the columns of `candidate_timings` but
-    its record's id."""
-
-    name: str
-    #: how many samples, and how many calls each one averaged
-    samples: int
-    inner_loops: int
-    #: seconds: the median, fastest and slowest sample (None without samples)
-    median_s: float | None
-    min_s: float | None
-    max_s: float | None
-    pruned: bool
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class RecordRow:
-    """A timing record as the store keeps it: its CBOR bytes, as they are written, and the
-    summary columns and per-candidate rows that SQL reads without decoding them."""
-
-    data: bytes
-    best: str | None
-    best_median_s: float | None
-    heuristic_median_s: float | None
-    candidates_count: int
-    samples_count: int
-    failures_count: int
-    timings: tuple[TimingRow, ...]
-    format_version: int = codec.FORMAT_VERSION
-
-
-def record_row(record: codec.TimingRecord, blob: bytes, heuristic: str | None) -> RecordRow:
-    """The rows of `record`, whose CBOR is `blob`, kept with an entry whose heuristic is
-    `heuristic` (the summary names the heuristic's median).
-
-    Each candidate's samples are sorted once for its median, min and max: the same values as
-    `CandidateTiming.median`, `.min` and `.max` (statistics.median's own arithmetic), and the
-    same best as `TimingRecord.best`, at a third of the cost of asking them one by one.
-    """
-    timings = []
-    best: TimingRow | None = None
-    heuristic_median = None
-    for c in record.candidates:
-        ordered = sorted(c.samples)
-        n = len(ordered)
-        median = low = high = None
-        if n:
-            mid = n // 2
-            median = float(ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
-            low, high = float(ordered[0]), float(ordered[-1])
-        row = TimingRow(c.name, n, c.inner_loops, median, low, high, c.pruned, c.error)
-        timings.append(row)
-        # The fastest by median of those that ran and were not pruned; the first of equals.
-        ran = c.error is None and not c.pruned and median is not None
-        if ran and (best is None or (row.median_s or 0.0) < (best.median_s or 0.0)):
-            best = row
-        if c.name == heuristic:
-            heuristic_median = median
-    return RecordRow(
-        data=blob,
-        best=None if best is None else best.name,
-        best_median_s=None if best is None else best.median_s,
-        heuristic_median_s=heuristic_median,
-        candidates_count=len(timings),
-        samples_count=sum(t.samples for t in timings),
-        failures_count=sum(1 for t in timings if t.error is not None),
-        timings=tuple(timings),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class VerdictWrite(queries.VerdictFacts):
-    """A model's verdict on an entry, as `write_entries` writes it with the entry: its facts,
-    the run that gave it and when; it replaces that model's earlier verdict on the entry.
-
-    `created_at` is written when the verdict is inserted and when it replaces one (an import
-    keeps the export's times); None means `updated_at` for a new verdict, and a replaced one
-    keeps its own.
-    """
-
-    run_id: int | None
-    updated_at: datetime
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EntryWrite:
-    """One entry as `write_entries` writes it: the decision for a key against a candidate list
-    (`names`, whose checksum is `checksum`), with its record and verdicts.
-
-    An existing entry of the device, key and list is replaced, as `Cache.put` does: its record
-    goes (`record` takes its place, if any), and its verdicts go when the choice changes, or
-    always where `keep_verdicts` is False (an import replacing an entry with the export's
-    verdicts). `created_at` follows VerdictWrite's rule. Nothing here is checked: the caller
-    checked it all before the transaction (`tunecache.writes`).
-    """
-
-    key: Key
-    names: tuple[str, ...]
-    checksum: str
-    #: the run that writes it, and when
-    run_id: int | None
-    updated_at: datetime
-    #: the decision
-    choice: str
-    heuristic: str | None
-    status: str
-    speedup: float | None
-    created_at: datetime | None = None
-    record: RecordRow | None = None
-    verdicts: tuple[VerdictWrite, ...] = ()
-    keep_verdicts: bool = True
-
-
 class Written(NamedTuple):
     """Where `write_entries` left one entry: its id, and its creation time."""
 
     id: int
     created_at: datetime
-
-
-class _Old(NamedTuple):
-    """An entry as it stood before a batch."""
-
-    id: int
-    choice: str
-    created_at: datetime
-
-
-@dataclass
-class _Slot:
-    """The rows of one device, key and list that a batch writes, after all of its writes."""
-
-    key_id: int
-    set_id: int
-    final: EntryWrite
-    #: the entry as it was before the batch (None: a new entry)
-    old: _Old | None
-    created_at: datetime | None = None
-    #: whether the verdicts the entry had before the batch go
-    clear_verdicts: bool = False
-    verdicts: dict[tuple[str, str], VerdictWrite] = field(default_factory=dict)
-    entry_id: int = 0
 
 
 def write_entries(
@@ -289,17 +146,11 @@ def write_entries(
         (key_ids[text], set_ids[e.key.signature, e.checksum])
         for text, e in zip(texts, entries, strict=True)
     ]
-    slots = _collapse(entries, places, _entries_at(conn, device, places))
+    slots = collapse(entries, places, _entries_at(conn, device, places))
     _write_entry_rows(conn, device, list(slots.values()))
     _write_records(conn, list(slots.values()))
     _write_verdicts(conn, list(slots.values()), now)
-    return [Written(slots[at].entry_id, _created(slots[at])) for at in places]
-
-
-def _created(slot: _Slot) -> datetime:
-    if slot.created_at is not None:
-        return slot.created_at
-    return slot.old.created_at if slot.old is not None else slot.final.updated_at
+    return [Written(slots[at].entry_id, slots[at].created) for at in places]
 
 
 def _find(
@@ -352,53 +203,24 @@ def _set_ids(
 
 def _entries_at(
     conn: Connection, device: int, places: Iterable[tuple[int, int]]
-) -> dict[tuple[int, int], _Old]:
+) -> dict[tuple[int, int], OldEntry]:
     """The device's entries at these (key id, set id) places, as they stand."""
     want = set(places)
-    out: dict[tuple[int, int], _Old] = {}
+    out: dict[tuple[int, int], OldEntry] = {}
     found = _ENTRIES_AT.rows(conn, sorted({key_id for key_id, _ in want}), device)
     for entry_id, key_id, set_id, choice, created_at in found:
         if (key_id, set_id) in want:
-            out[key_id, set_id] = _Old(int(entry_id), str(choice), created_at)
+            out[key_id, set_id] = OldEntry(int(entry_id), str(choice), created_at)
     return out
 
 
-def _collapse(
-    entries: Sequence[EntryWrite],
-    places: Sequence[tuple[int, int]],
-    old: Mapping[tuple[int, int], _Old],
-) -> dict[tuple[int, int], _Slot]:
-    """What the writes leave at each place, in the order the places first come: the last
-    write's values, the verdicts that outlive every later write, and whether the entry's own
-    verdicts go, exactly as one `put` after another would leave them."""
-    slots: dict[tuple[int, int], _Slot] = {}
-    for write, at in zip(entries, places, strict=True):
-        slot = slots.get(at)
-        if slot is None:
-            slot = slots[at] = _Slot(at[0], at[1], write, old.get(at))
-            before = None if slot.old is None else slot.old.choice
-        else:
-            before = slot.final.choice
-        if before is not None and (before != write.choice or not write.keep_verdicts):
-            # The verdicts judged another choice (or an import brings its own): every one
-            # given so far goes, the entry's own and the batch's alike.
-            slot.clear_verdicts = True
-            slot.verdicts.clear()
-        slot.final = write
-        if write.created_at is not None:
-            slot.created_at = write.created_at
-        for v in write.verdicts:
-            slot.verdicts[v.model, v.fingerprint] = v
-    return slots
-
-
-def _write_entry_rows(conn: Connection, device: int, slots: Sequence[_Slot]) -> None:
+def _write_entry_rows(conn: Connection, device: int, slots: Sequence[Slot]) -> None:
     """Insert the new entries and replace the old ones (their records and, where they go,
     their verdicts with them); every slot learns its entry id."""
     new = [s for s in slots if s.old is None]
     _INSERT_ENTRY.run(
         conn,
-        [(device, s.key_id, s.set_id, *_entry_values(s.final), _created(s)) for s in new],
+        [(device, s.key_id, s.set_id, *_entry_values(s.final), s.created) for s in new],
     )
     if new:
         made = _find(conn, _NEW_ENTRIES, [(s.key_id, s.set_id) for s in new], device)
@@ -423,7 +245,7 @@ def _write_entry_rows(conn: Connection, device: int, slots: Sequence[_Slot]) -> 
     _DELETE_VERDICTS.run(conn, [(s.entry_id,) for s in old if s.clear_verdicts])
 
 
-def _write_records(conn: Connection, slots: Sequence[_Slot]) -> None:
+def _write_records(conn: Connection, slots: Sequence[Slot]) -> None:
     """Insert the timing record of every slot that has one, with its per-candidate rows."""
     insert_records(
         conn,
@@ -446,7 +268,7 @@ def insert_records(conn: Connection, records: Sequence[tuple[int, RecordRow, dat
     _INSERT_TIMING.run(conn, [(ids[entry_id], *t) for entry_id, r, _ in records for t in r.timings])
 
 
-def _write_verdicts(conn: Connection, slots: Sequence[_Slot], now: datetime) -> None:
+def _write_verdicts(conn: Connection, slots: Sequence[Slot], now: datetime) -> None:
     """Write the verdicts that outlived the batch, each replacing its model's earlier one."""
     given = [(s, v) for s in slots for v in s.verdicts.values()]
     if not given:

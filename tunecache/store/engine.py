@@ -19,7 +19,6 @@ reopening the live cache and running the transaction there.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -37,6 +36,16 @@ from tunecache.paths import sqlite_uri
 from tunecache.store.filesystems import no_room
 from tunecache.store.wal import never_checkpoint
 
+# The write queue is SQLAlchemy-free, for the stdlib-sqlite3 writer (tunecache.store.direct)
+# to queue behind the same lock as the engines' writers.
+from tunecache.store.writelock import (
+    DEFAULT_BUSY_TIMEOUT,
+    WriteQueue,
+    file_identity,
+    is_busy,
+    thread_locks,
+)
+
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "MAX_BUSY_TIMEOUT",
@@ -53,8 +62,6 @@ __all__ = [
     "write_lock",
 ]
 
-#: seconds a writer waits for the lock before StoreBusyError
-DEFAULT_BUSY_TIMEOUT = 30.0
 #: the longest lock wait accepted: "forever" is not a deadline
 MAX_BUSY_TIMEOUT = 86400.0
 #: how many times one transaction reopens a cache whose file was moved aside or replaced before
@@ -73,43 +80,20 @@ _held: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 # The database of each engine that may write, whose write queue its checkpoints take.
 _writable: weakref.WeakKeyDictionary[Engine, Path] = weakref.WeakKeyDictionary()
-# Descriptors of write locks this process holds now, with the (device, inode) of the lock file
-# each has open (see _WriteQueue.release).
-_held_locks: dict[int, tuple[int, int]] = {}
 # The write queue of each engine that may write: closing the engine lets go of its locks.
-_queues: weakref.WeakKeyDictionary[Engine, _WriteQueue] = weakref.WeakKeyDictionary()
-# The write-queue descriptors each thread holds or waits on: an interrupt can land between
-# taking the lock and recording which connection took it, and must still let go of it.
-_thread_locks: dict[int, set[int]] = {}
+_queues: weakref.WeakKeyDictionary[Engine, WriteQueue] = weakref.WeakKeyDictionary()
 
 
 def _forget_parent_connections() -> None:
     # A forked child must never touch its parent's SQLite connections: two processes sharing one
     # file descriptor and lock state corrupt the database. close=False leaves them to the parent.
+    # (The write queue's own locks are let go by tunecache.store.writelock's fork handler.)
     for engine in list(_engines):
         engine.dispose(close=False)
-    # A write lock the parent held while forking would stay held as long as the child keeps its
-    # copy of the descriptor; closing the copy leaves the parent's lock to the parent.
-    for fd in list(_held_locks):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held_locks.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_connections)
-
-
-def is_busy(error: BaseException) -> bool:
-    """Whether a driver error means another connection holds the lock."""
-    orig = getattr(error, "orig", error)
-    if isinstance(orig, sqlite3.OperationalError):
-        name = getattr(orig, "sqlite_errorname", "") or ""
-        text = str(orig).lower()
-        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or (
-            "database is locked" in text or "database is busy" in text
-        )
-    return False
 
 
 @contextlib.contextmanager
@@ -152,101 +136,6 @@ def _use_wal(cursor: Any, path: Path, timeout: float) -> None:
         raise StoreError(f"cache database {path} cannot use WAL (journal mode {mode})")
 
 
-class _WriteQueue:
-    """The order in which tunecache's writers take the database's write lock.
-
-    Writers take an exclusive flock on `<database>.write-lock` before BEGIN IMMEDIATE and drop
-    it after COMMIT or ROLLBACK. Waiting for SQLite's own lock goes through its busy handler,
-    which sleeps in steps growing to 100 ms: under many writers a waiter sleeps through the
-    moments the lock is free, and with 32 writers some waited over 10 s for a 5 ms commit
-    (tools/bench_reliability.py). A writer blocked in flock is woken by the kernel the moment
-    the lock is released, and burns no CPU meanwhile (polling did, 32 writers' worth). The flock
-    only orders tunecache's writers: correctness still rests on SQLite's lock, which every
-    writer takes after it. It also keeps a commit's automatic checkpoint clear of other
-    tunecache writers' commits.
-
-    flock has no timeout, so a contended wait blocks in a helper thread while the writer waits
-    on an event with the engine's deadline; past it, "database is locked", and the helper lets
-    go of the lock the moment it gets it.
-    """
-
-    def __init__(self, path: Path, timeout: float) -> None:
-        self.path = path.with_name(path.name + ".write-lock")
-        self.timeout = timeout
-        #: the descriptors this queue took and has not let go of
-        self.held: set[int] = set()
-
-    def acquire(self) -> int:
-        """Take the lock; returns the descriptor that holds it, or -1 where there is no lock
-        file to take (then SQLite's own lock, which every writer takes anyway, orders them)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError:
-            return -1
-        # Registered before the wait: a child forked meanwhile must close its copy too.
-        found = os.fstat(fd)
-        _held_locks[fd] = (found.st_dev, found.st_ino)
-        _thread_locks.setdefault(threading.get_ident(), set()).add(fd)
-        self.held.add(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not self._wait(fd):
-                raise sqlite3.OperationalError(
-                    "database is locked (tunecache writers queued past the deadline)"
-                ) from None
-        return fd
-
-    def _wait(self, fd: int) -> bool:
-        got = threading.Event()
-        gave_up = False
-        guard = threading.Lock()
-
-        def block() -> None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                return
-            with guard:
-                if gave_up:
-                    self.release(fd)
-                else:
-                    got.set()
-
-        threading.Thread(target=block, name="tunecache-write-queue", daemon=True).start()
-        if got.wait(self.timeout):
-            return True
-        with guard:
-            if got.is_set():
-                return True
-            gave_up = True
-        return False
-
-    @staticmethod
-    def release(fd: int) -> None:
-        """Drop the lock held by `fd`.
-
-        The descriptor is closed first, in one C call that Ctrl-C cannot split, and only then
-        forgotten: an interrupt that lands in between leaves the number of a closed descriptor
-        registered, never a lock held that nothing knows of. A number released again is closed
-        only while it is still the same lock file; one the process has since given to another
-        file is only forgotten.
-        """
-        if fd < 0 or fd not in _held_locks:
-            return
-        try:
-            found = os.fstat(fd)
-        except OSError:
-            found = None
-        if found is not None and (found.st_dev, found.st_ino) == _held_locks.get(fd):
-            os.close(fd)
-        _held_locks.pop(fd, None)
-        for fds in _thread_locks.values():
-            fds.discard(fd)
-        for queue in list(_queues.values()):
-            queue.held.discard(fd)
-
-
 def close_engine(engine: Engine) -> None:
     """Close every connection of `engine`, and let go of every write lock its transactions still
     hold: one an interrupt left with a transaction that never ended (Ctrl-C landing as a `with`
@@ -260,24 +149,15 @@ def close_engine(engine: Engine) -> None:
 
 @contextlib.contextmanager
 def write_lock(path: Path, timeout: float) -> Iterator[None]:
-    """Hold the writers' lock of the database at `path` (see _WriteQueue): no tunecache writer
+    """Hold the writers' lock of the database at `path` (see WriteQueue): no tunecache writer
     begins a transaction on it meanwhile. StoreBusyError past `timeout` seconds."""
-    queue = _WriteQueue(path, timeout)
+    queue = WriteQueue(path, timeout)
     with busy_errors(path, timeout):
         fd = queue.acquire()
     try:
         yield
     finally:
         queue.release(fd)
-
-
-def file_identity(path: Path) -> tuple[int, int] | None:
-    """The (device, inode) of the file at `path`, or None where there is none."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 def check_timeout(busy_timeout: object) -> float:
@@ -356,7 +236,7 @@ def make_engine(
             record.dbapi_connection = proxy.dbapi_connection = None
             raise exc.DisconnectionError("connection made in another process")
 
-    queue = _WriteQueue(path, busy_timeout)
+    queue = WriteQueue(path, busy_timeout)
     _queues[engine] = queue
     if not readonly:
         _writable[engine] = path
@@ -468,8 +348,8 @@ def _abandon(engine: Engine, conn: Connection) -> None:
     transaction the interrupt stopped the hooks from ending. Closing a SQLite connection rolls
     back whatever it had begun."""
     _held.pop(conn, None)
-    for fd in list(_thread_locks.get(threading.get_ident(), ())):
-        _WriteQueue.release(fd)
+    for fd in list(thread_locks.get(threading.get_ident(), ())):
+        WriteQueue.release(fd)
     with contextlib.suppress(Exception):
         conn.invalidate()
     with contextlib.suppress(Exception):
@@ -541,7 +421,7 @@ def checkpoint(engine: Engine, *, timeout: float = DEFAULT_BUSY_TIMEOUT) -> bool
     the WAL-reset bug needs (docs/reliability.md)."""
     # A read-only engine has no queue: it opens the file `mode=ro`, which cannot checkpoint.
     path = _writable.get(engine)
-    fd = -1 if path is None else _WriteQueue(path, timeout).acquire()
+    fd = -1 if path is None else WriteQueue(path, timeout).acquire()
     try:
         # On the driver's own connection: SQLAlchemy would open a transaction first, and SQLite
         # refuses a checkpoint inside one ("database table is locked").
@@ -550,5 +430,5 @@ def checkpoint(engine: Engine, *, timeout: float = DEFAULT_BUSY_TIMEOUT) -> bool
             assert raw is not None
             busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     finally:
-        _WriteQueue.release(fd)
+        WriteQueue.release(fd)
     return busy is not None and int(busy[0]) == 0

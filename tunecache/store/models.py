@@ -31,6 +31,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+# The words the status and verdict checks allow: plain values, which the writers check with.
+from tunecache.store.values import ENTRY_STATUSES, VERDICTS
+
 __all__ = [
     "ENTRY_STATUSES",
     "RUN_STATUSES",
@@ -62,10 +65,6 @@ __all__ = [
     "VALIDATIONS",
 ]
 
-#: unvalidated: measured, not yet confirmed by a whole model; accepted: kept by whole-model
-#: acceptance; rejected: measured and not kept (recorded so it is not re-tuned for nothing)
-ENTRY_STATUSES = ("unvalidated", "accepted", "rejected")
-VERDICTS = ("validated", "masked")
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
 
 # Explicit constraint names let Alembic's batch mode rebuild SQLite tables without guessing.

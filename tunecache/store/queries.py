@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 
 from tunecache.store import models as tables
+from tunecache.store.values import VerdictFacts
 
 __all__ = [
     "CHUNK",
@@ -259,22 +260,6 @@ def record_data(conn: Connection, entry_id: int, device: int | None) -> bytes | 
 
 
 # --- verdicts and models ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class VerdictFacts:
-    """What a model's verdict on an entry says: the model, the verdict, the evidence behind it."""
-
-    model: str
-    fingerprint: str
-    verdict: str
-    gain: float | None
-    rounds: int
-    confirmations: int
-
-    def facts(self) -> dict[str, Any]:
-        """These fields alone, by name: to build another kind of verdict from this one."""
-        return {f.name: getattr(self, f.name) for f in fields(VerdictFacts)}
 
 
 @dataclass(frozen=True, slots=True)

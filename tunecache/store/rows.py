@@ -7,8 +7,8 @@ transaction starts, and the schema's constraints catch what slips through.
 
 These write one row or one entry a call. Many entries at once, with a few statements for the
 whole batch, are `tunecache.store.bulk.write_entries` (what `Cache.put` and `Cache.put_many`
-use); its row values (`EntryWrite`, `RecordRow`, `VerdictWrite`) and `record_row` are public
-for every caller that writes in bulk.
+use); its row values (`EntryWrite`, `RecordRow`, `VerdictWrite`) and `record_row` live in
+`tunecache.store.values`, public for every caller that writes in bulk.
 """
 
 from __future__ import annotations

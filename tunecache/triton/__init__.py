@@ -12,37 +12,49 @@
 Each key is tuned once per device and kept in the tunecache store, with every config's timings;
 a key next to a tuned one is served its neighbour's config at once (docs/triton.md).
 
-Triton, torch and the store are imported lazily: `import tunecache.triton` needs none of them,
-and only applying the decorator to a kernel imports Triton and torch. A warm process answers a
-stored key through the stdlib sqlite3 module; SQLAlchemy loads only when something is tuned.
+Decoration costs nothing: `import tunecache.triton` and applying the decorator import only the
+decorator and the checks of its arguments (the other names here load on first use). Triton,
+torch, the resolver and the bench are imported by a kernel's first call. A warm process answers a
+stored key through the stdlib sqlite3 module, and a tuned key's record is written behind its
+launch, through stdlib sqlite3 too where the store exists (`writer`; `flush()` writes what is
+queued). SQLAlchemy loads only to create or upgrade a store.
 
 The modules, from the bottom: `keys` (config names, tuning keys), `reuse` (what stored timings
 answer for a changed config list), `options` (the decorator's arguments, checked), `backend`
 (what the autotuner needs from the machine), `configs` (a kernel's configs and their pruning),
-`measure` (timing configs), `state` (the store, per device), `background` (pending keys and
-their thread), `autotuner` (the decision flow), `gpu` (the Triton and torch backend) and
-`decorator` (`autotune`).
+`measure` (timing configs), `writer` (records written behind the launch), `state` (the store,
+per device), `background` (pending keys and their thread), `flow` (what the first call sets up,
+and the path of a miss), `autotuner` (the kernel, launched), `gpu` (the Triton and torch backend)
+and `decorator` (`autotune`).
 """
 
 from __future__ import annotations
 
-from tunecache.triton.autotuner import Autotuner
-from tunecache.triton.backend import Backend
-from tunecache.triton.background import Pending
+from typing import TYPE_CHECKING, Any
+
 from tunecache.triton.decorator import autotune
-from tunecache.triton.gpu import GPU_BENCH, driver_version, gpu_device
-from tunecache.triton.keys import KeySpec, config_name
-from tunecache.triton.options import UNSEEN, Options
-from tunecache.triton.reuse import Plan, plan_reuse
+
+if TYPE_CHECKING:
+    from tunecache.triton.autotuner import Autotuner
+    from tunecache.triton.backend import Backend
+    from tunecache.triton.background import Pending
+    from tunecache.triton.configs import NoConfigError
+    from tunecache.triton.gpu import GPU_BENCH, driver_version, gpu_device
+    from tunecache.triton.keys import KeySpec, config_name
+    from tunecache.triton.options import UNSEEN, Options
+    from tunecache.triton.reuse import Plan, plan_reuse
+    from tunecache.triton.writer import flush
 
 __all__ = [
     "GPU_BENCH",
     "UNSEEN",
     "Autotuner",
+    "NoConfigError",
     "Pending",
     "autotune",
     "config_name",
     "driver_version",
+    "flush",
     "gpu_device",
     # the seams the CPU tests (and other backends) build on
     "Backend",
@@ -51,3 +63,33 @@ __all__ = [
     "Plan",
     "plan_reuse",
 ]
+
+# Each name, by the module that defines it: imported on first use (PEP 562), so that making
+# and applying the decorator costs only the decorator's own modules.
+_LAZY = {
+    "GPU_BENCH": "gpu",
+    "UNSEEN": "options",
+    "Autotuner": "autotuner",
+    "NoConfigError": "configs",
+    "Pending": "background",
+    "config_name": "keys",
+    "driver_version": "gpu",
+    "flush": "writer",
+    "gpu_device": "gpu",
+    "Backend": "backend",
+    "KeySpec": "keys",
+    "Options": "options",
+    "Plan": "reuse",
+    "plan_reuse": "reuse",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunecache.triton' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"tunecache.triton.{module}"), name)
+    globals()[name] = value
+    return value

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tunecache.device import Device
+    from tunecache.triton.configs import NoConfigError
 
 __all__ = ["Backend", "clone"]
 
@@ -54,7 +55,9 @@ class Backend:
       launch, or None;
     - `bench`: default `tunecache.bench.bench` options for this machine (a copy of the mapping
       given, so the caller's dict is never shared);
-    - `default_config()`: the config used when the caller gives none (Triton: one `Config`).
+    - `default_config()`: the config used when the caller gives none (Triton: one `Config`);
+    - `no_config_error`: what `early_config_prune` keeping no config raises (a subclass of
+      `configs.NoConfigError`, Triton's a `triton.TritonError` too); None: NoConfigError itself.
 
     A plain class, not a dataclass: `dataclasses` pulls in `inspect`, about 4 ms of every
     process that applies the decorator.
@@ -69,6 +72,7 @@ class Backend:
         "device",
         "failures",
         "flush",
+        "no_config_error",
         "sync",
     )
 
@@ -84,8 +88,10 @@ class Backend:
         flush: Callable[[int], Callable[[], object] | None] | None = None,
         bench: Mapping[str, Any] | None = None,
         default_config: Callable[[], Any] | None = None,
+        no_config_error: type[NoConfigError] | None = None,
     ) -> None:
         self.device, self.current, self.sync, self.failures = device, current, sync, failures
         self.context, self.clone, self.flush = context, clone, flush
         self.bench: dict[str, Any] = dict(bench or {})
         self.default_config = default_config
+        self.no_config_error = no_config_error

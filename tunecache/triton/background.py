@@ -70,6 +70,7 @@ class PendingKeys:
         lock: threading.RLock,
         warn: WarnOnce,
         decide: Callable[[PendingItem], None],
+        errors: list[str] | None = None,
     ) -> None:
         self._op, self._options, self._backend = op, options, backend
         self._lock, self._warn, self._decide = lock, warn, decide
@@ -79,8 +80,8 @@ class PendingKeys:
         self._busy = 0
         self._idle = threading.Condition(threading.Lock())
         self._worker: threading.Thread | None = None
-        #: background tuning failures, as one line each
-        self.errors: list[str] = []
+        #: background tuning failures, as one line each (the kernel's own list, if given)
+        self.errors: list[str] = [] if errors is None else errors
 
     def hold(self, item: PendingItem, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Remember a borrowed key (under `lock`), with copies of its call's arguments while

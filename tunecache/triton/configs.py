@@ -14,10 +14,19 @@ from tunecache.errors import BadArgumentError
 from tunecache.triton.keys import config_name
 from tunecache.triton.options import Options
 
-__all__ = ["Choice", "ConfigSet", "all_kwargs"]
+__all__ = ["Choice", "ConfigSet", "NoConfigError", "all_kwargs"]
 
 #: what a call launches: the config, the keyword arguments that launch it, and its own pre-hook
 Choice = tuple[Any, dict[str, Any], Any]
+
+
+class NoConfigError(BadArgumentError):
+    """`early_config_prune` kept no config for a call: there is nothing to launch.
+
+    On a GPU the error raised is a subclass of this one and of `triton.TritonError` too
+    (`tunecache.triton.gpu`), so that `except triton.TritonError` catches it, as it catches
+    Triton's own "No valid autotuner configs after pruning".
+    """
 
 
 def all_kwargs(config: Any) -> dict[str, Any]:
@@ -36,7 +45,13 @@ def all_kwargs(config: Any) -> dict[str, Any]:
 class ConfigSet:
     """A kernel's configs by name, with the pruning Triton applies to them for one call."""
 
-    def __init__(self, configs: list[Any], options: Options, op: str) -> None:
+    def __init__(
+        self,
+        configs: list[Any],
+        options: Options,
+        op: str,
+        no_config_error: type[NoConfigError] | None = None,
+    ) -> None:
         #: the configs, in order (Triton's `Autotuner.configs`)
         self.configs = configs
         #: the configs' names, in order: the candidate list stored with every entry
@@ -46,6 +61,7 @@ class ConfigSet:
         self._choices: dict[str, Choice] = {}
         self._options = options
         self._op = op
+        self._no_config = no_config_error or NoConfigError
 
     def name_of(self, config: Any) -> str:
         """The name of a config, one of the list's or one `early_config_prune` made up."""
@@ -76,10 +92,30 @@ class ConfigSet:
             return self.configs
         legal = list(early(self.configs, nargs, **kwargs))
         if not legal:
-            raise BadArgumentError(
-                f"{self._op}: early_config_prune returned no config; it must keep one"
+            # Triton's own words first, for code that matches them.
+            raise self._no_config(
+                f"No valid autotuner configs after pruning: {self._op}'s early_config_prune"
+                " returned no config; it must keep one"
             )
         return legal
+
+    def only(self, legal: list[Any], nargs: Mapping[str, Any], kwargs: Mapping[str, Any]) -> Any:
+        """The one config pruning leaves, launched without a bench as Triton does (the only
+        legal one, or `perf_model`'s pick when `top_k` keeps one), or None when a bench must
+        choose."""
+        if len(legal) == 1:
+            return legal[0]
+        if self._options.perf_model is not None and self._count() == 1:
+            return self.top_k(legal, nargs, kwargs)[0]
+        return None
+
+    def _count(self) -> int:
+        """How many configs `perf_model` keeps (`top_k`, a float taken of the whole list)."""
+        top_k = self._options.top_k
+        if isinstance(top_k, float):
+            # Triton 3.6 takes int(len * top_k), which can be 0 and then crashes; keep one.
+            return max(1, int(len(self.configs) * top_k))
+        return top_k
 
     def top_k(
         self, legal: list[Any], nargs: Mapping[str, Any], kwargs: Mapping[str, Any]
@@ -89,10 +125,7 @@ class ConfigSet:
         model = self._options.perf_model
         if model is None:
             return legal
-        top_k = self._options.top_k
-        if isinstance(top_k, float):
-            # Triton 3.6 takes int(len * top_k), which can be 0 and then crashes; keep one.
-            top_k = max(1, int(len(self.configs) * top_k))
+        top_k = self._count()
         if len(legal) <= top_k:
             return legal
         estimates = [model(**nargs, **kwargs, **all_kwargs(c)) for c in legal]

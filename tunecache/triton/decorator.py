@@ -1,20 +1,22 @@
 """`tunecache.triton.autotune`: the decorator, a drop-in, persistent `triton.autotune`.
 
-It checks its arguments at once (`options.Options`), and builds an `autotuner.Autotuner` with
-the GPU backend (`gpu.gpu_backend`) for each kernel it is applied to: only then are Triton and
-torch imported.
+It checks its arguments at once (`options.Options`), and applied to a kernel it builds an
+`autotuner.Autotuner` that remembers them, checked against the kernel's, and nothing more: the
+GPU backend (`gpu.gpu_backend`, Triton and torch), the store and the bench are set up by the
+kernel's first call. Making and applying the decorator imports only `options`, `autotuner` and
+the pure values they check with (tests/triton/test_decorator.py holds the list).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunecache.resolve import DEFAULT_MAX_DISTANCE
 from tunecache.triton.autotuner import Autotuner
-from tunecache.triton.gpu import gpu_backend
-from tunecache.triton.options import Options
+from tunecache.triton.options import DEFAULT_MAX_DISTANCE, Options
+
+if TYPE_CHECKING:
+    from tunecache.triton.backend import Backend
 
 __all__ = ["autotune"]
 
@@ -66,7 +68,8 @@ def autotune(
     `flush_l2` evicts the L2 cache before each timed launch, as Triton's `do_bench` does.
     `pending_limit` caps how many borrowed keys keep their first call's arguments.
 
-    Bad arguments raise BadArgumentError here, before any kernel is seen.
+    Bad arguments raise BadArgumentError here, before any kernel is seen, or when the
+    decorator is applied (names that are not the kernel's arguments); never on a launch.
     """
     # Every argument, by name, as `autotune` was given it: Options checks them all.
     options = Options(
@@ -102,8 +105,10 @@ def autotune(
 
 
 def _decorate(fn: Any, options: Options) -> Autotuner:
-    # What a warm process's first call needs to find the store, imported now, with the
-    # kernel's module (as Triton's own modules are), not inside that first call.
-    for module in ("tunecache.device", "tunecache.identity", "tunecache.paths"):
-        importlib.import_module(module)
-    return Autotuner(fn, options, gpu_backend(options.device, options.flush_l2))
+    def backend() -> Backend:
+        # At the kernel's first call: Triton and torch are the GPU backend's to import.
+        from tunecache.triton.gpu import gpu_backend
+
+        return gpu_backend(options.device, options.flush_l2)
+
+    return Autotuner(fn, options, backend)

@@ -3,8 +3,9 @@
 `gpu_backend` builds the `Backend` the decorator gives every kernel: the GPU's identity
 (`gpu_device`: name, multiprocessor count, compute capability, driver and Triton versions),
 synchronisation on the calling thread's stream, a stream of its own for background tuning,
-Triton's "this config does not fit" exceptions, and the L2 flush before each timed launch.
-Nothing imports Triton or torch before a kernel is decorated (or `gpu_device` is asked for).
+Triton's "this config does not fit" exceptions, the L2 flush before each timed launch, and
+the error an `early_config_prune` that keeps nothing raises (a `triton.TritonError` too).
+Nothing imports Triton or torch before a decorated kernel's first call (or `gpu_device`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
+from tunecache.triton.configs import NoConfigError
 
-__all__ = ["GPU_BENCH", "driver_version", "gpu_backend", "gpu_device"]
+__all__ = ["GPU_BENCH", "driver_version", "gpu_backend", "gpu_device", "triton_no_config_error"]
 
 #: `tunecache.bench.bench` options for a GPU kernel (override any with `bench=`):
 #: 1 ms samples are ~100x the cost of a synchronisation, and 3 rounds of them separate configs
@@ -110,6 +112,34 @@ def _failures() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+_no_config_errors: dict[type, type[NoConfigError]] = {}
+
+
+def triton_no_config_error(triton: Any) -> type[NoConfigError]:
+    """The error an `early_config_prune` that keeps no config raises under this Triton: a
+    NoConfigError (so a BadArgumentError, as tunecache raises them) that is a `triton.TritonError`
+    too, as Triton's own "No valid autotuner configs after pruning" is, so that code written
+    for `triton.autotune` catches it. Where Triton has no such base (or one that cannot be
+    mixed in), NoConfigError itself."""
+    base = getattr(triton, "TritonError", None)
+    if not isinstance(base, type) or not issubclass(base, Exception):
+        return NoConfigError
+    found = _no_config_errors.get(base)
+    if found is None:
+        try:
+            # Sound while TritonError is a plain Exception (3.6's has no __init__, no slots):
+            # the two bases then share BaseException's layout and construction.
+            found = type(
+                "NoConfigError",
+                (NoConfigError, base),
+                {"__doc__": NoConfigError.__doc__, "__module__": __name__},
+            )
+        except TypeError:
+            found = NoConfigError
+        _no_config_errors[base] = found
+    return found
+
+
 def gpu_backend(device: Any, flush_l2: bool) -> Backend:
     """The backend of a decorated kernel: the current GPU through torch, Triton's default
     config, `GPU_BENCH`; `device` (a `tunecache.Device`) replaces the GPU's identity, and
@@ -163,4 +193,5 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
         flush=flush,
         bench=GPU_BENCH,
         default_config=lambda: triton.Config({}, num_warps=4, num_stages=3, num_ctas=1),
+        no_config_error=triton_no_config_error(triton),
     )

@@ -17,6 +17,7 @@ from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import ConfigSet, all_kwargs
 from tunecache.triton.options import Options
+from tunecache.triton.writer import WRITER
 
 if TYPE_CHECKING:
     from tunecache.codec import CandidateTiming, TimingRecord
@@ -121,6 +122,9 @@ class Measurer:
                 settings=settings,
             )
             return Measurement(None, record, {c: quantiles_ms(()) for c in configs})
+        # Never beside the writer's SQLAlchemy path (a store being made): its imports hold the
+        # GIL for hundreds of ms, and every host-timed sample would carry those stalls.
+        WRITER.quiet()
         if self._options.do_bench is not None:
             measured, best = self._timed_by_user(runnable)
             settings["timer"] = "do_bench"

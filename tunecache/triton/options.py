@@ -1,21 +1,26 @@
 """The arguments of `tunecache.triton.autotune`, checked once, before any kernel is seen.
 
 Every check raises `BadArgumentError` with a one-line message, in the order the arguments are
-listed; nothing here imports Triton, torch or the store.
+listed; nothing here imports Triton, torch, the store or the resolver (making the decorator
+costs no more than remembering its arguments).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from tunecache.checks import is_real
 from tunecache.errors import BadArgumentError
-from tunecache.resolve import DEFAULT_MAX_DISTANCE, check_max_distance
 from tunecache.triton.keys import config_name
 
-__all__ = ["DEFAULTS", "UNSEEN", "Options"]
+__all__ = ["DEFAULTS", "DEFAULT_MAX_DISTANCE", "UNSEEN", "Options", "check_max_distance"]
+
+#: `max_distance`'s default: the resolver's own (`tunecache.resolve.DEFAULT_MAX_DISTANCE`,
+#: which a test keeps equal), spelled out so that making the decorator imports no resolver
+DEFAULT_MAX_DISTANCE = 1.0
 
 #: what an unseen key gets: a tuned neighbour's config now (tuned later on request, or by a
 #: daemon thread), or a tune right away as Triton does
@@ -103,6 +108,16 @@ class Options:
         self.device = _check_device(given["device"])
         #: whether the GPU backend evicts the L2 cache before each timed launch
         self.flush_l2: bool = _check_flush_l2(given["flush_l2"])
+
+
+def check_max_distance(value: object) -> float:
+    """A nearest-shape cap as a float, or BadArgumentError: the resolver's rule and words
+    (`tunecache.resolve.check_max_distance`, which a test holds to the same answers)."""
+    if not is_real(value) or not 0 <= value < math.inf:
+        raise BadArgumentError(
+            f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
+        )
+    return float(value)
 
 
 def _check_unseen(unseen: Any) -> Any:

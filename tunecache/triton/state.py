@@ -1,8 +1,11 @@
 """A kernel's way to the store, one device at a time: what it reads on a miss, what it writes.
 
-A device's resolver table (`tunecache.resolve.Table`, stdlib sqlite3) answers every miss; the
-writable `Cache` (SQLAlchemy) opens on the first write only. A store that cannot be opened or
-written leaves the tunings in memory, with one warning per kernel and cause.
+A device's resolver table (`tunecache.resolve.Table`, stdlib sqlite3) answers every miss, and the
+old entries a changed config list reuses are read the same way. A decision is handed to the
+process's writer (`tunecache.triton.writer`), which stores it behind the launch; the table serves
+it from memory at once, so later keys of this process borrow from it whether or not it is written
+yet. A store that cannot be written leaves the tunings in memory, with one warning per kernel and
+cause.
 """
 
 from __future__ import annotations
@@ -14,14 +17,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache.candidates import checksum
-from tunecache.errors import TunecacheError, TunecacheWarning
+from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
 from tunecache.resolve import Table
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
+from tunecache.triton.writer import WRITER, Destination, Record
 
 if TYPE_CHECKING:
-    from tunecache.cache import Cache
     from tunecache.codec import TimingRecord
     from tunecache.device import Device
     from tunecache.keys import Key
@@ -60,19 +63,19 @@ class WarnOnce:
 class DeviceState:
     """One device's view: its identity, its table, its memo of answered calls."""
 
-    __slots__ = ("cache", "device", "index", "memo", "table")
+    __slots__ = ("destination", "device", "index", "memo", "table")
 
     def __init__(self, index: int, device: Device, table: Table) -> None:
         #: the device's number, as the backend counts them
         self.index = index
         #: the device's identity: the store's path and rows
         self.device = device
-        #: the resolver's view of the store, reloaded after each write
+        #: the resolver's view of the store, with this process's decisions added in memory
         self.table = table
         #: Triton tuning key -> the choice to launch
         self.memo: dict[tuple[Any, ...], Choice] = {}
-        #: the writable cache, opened on the first write; False once it failed to open
-        self.cache: Cache | bool | None = None
+        #: where the writer stores this device's decisions (None: the table has no file)
+        self.destination: Destination | None = None
 
 
 class Target(NamedTuple):
@@ -93,48 +96,32 @@ class KernelStore:
     def open(self, index: int) -> DeviceState:
         """Device `index`'s state, with its table opened (no SQLAlchemy)."""
         device = self._backend.device(index)
+        options = self._options
         table = Table.open(
             device=device,
-            root=self._options.root,
-            path=self._options.path,
+            root=options.root,
+            path=options.path,
             use="all",
-            max_distance=self._options.max_distance,
+            max_distance=options.max_distance,
         )
-        return DeviceState(index, device, table)
+        state = DeviceState(index, device, table)
+        if table.path is not None:
+            state.destination = Destination(table.path, device, options.root, options.path)
+            # Another kernel of this process may have decisions for this store on their way:
+            # this one sees them, as it sees every other process's (a few ms, and only then).
+            WRITER.settle(table.path)
+        return state
 
-    def cache(self, state: DeviceState) -> Cache | None:
-        """The device's writable cache, opened once; None when it cannot be opened."""
-        if state.cache is None:
-            from tunecache.cache import Cache
-
-            try:
-                state.cache = Cache.open(
-                    device=state.device, root=self._options.root, path=self._options.path
-                )
-            except TunecacheError as error:
-                state.cache = False
-                self._warn("open", f"tunecache: {self._op}'s tunings stay in memory: {error}")
-        return state.cache if not isinstance(state.cache, bool) else None
-
-    def write(self, target: Target, choice: str, record: TimingRecord) -> float | None:
-        """Store a decision with its record (one atomic write), then see it in the table;
-        the seconds that took, or None when nothing was stored."""
+    def write(self, target: Target, choice: str, record: TimingRecord) -> float:
+        """Hand a decision with its record to the writer, and serve it from the table at once;
+        the seconds that took (the caller's, not the write's: that happens behind)."""
         start = time.perf_counter()
         state = target.state
-        cache = self.cache(state)
-        if cache is None:
-            return None
-        from tunecache.cache import NewEntry  # loaded with the cache already: no cost here
-
-        try:
-            # One transaction, no `runs` row: a key is tuned inside a user's first call, where
-            # two more write transactions per key are time the user waits for. The batch path
-            # reads nothing back: the table is reloaded below anyway.
-            cache.put_many([NewEntry(target.key, choice, target.names, record=record)])
-        except TunecacheError as error:
-            self._warn("write", f"tunecache: {self._op}'s tuning not stored: {error}")
-            return None
-        old, state.table = state.table, state.table.reload()
+        if state.destination is not None:
+            decided = (target.key, choice, target.names, record)
+            WRITER.put(Record(state.destination, *decided, self._op, self._warn))
+        old = state.table
+        state.table = old.derive(add=[(target.key, target.names, choice)])
         old.close()
         return time.perf_counter() - start
 
@@ -174,20 +161,39 @@ class KernelStore:
             conn.close()
         return out
 
-    def previous(self, target: Target, legal: Sequence[str]) -> Previous | None:
-        """Of this key's entries tuned against other config lists, the one whose list covers
-        the most legal configs (the newest of equals): its list, its choice and its record."""
-        entries = self.old_entries(target)
+    def previous(
+        self, target: Target, legal: Sequence[str], entries: list[OldEntry] | None = None
+    ) -> Previous | None:
+        """Of this key's entries tuned against other config lists (`entries`, if read already),
+        the one whose list covers the most legal configs (the newest of equals): its list, its
+        choice and its record."""
+        if entries is None:
+            entries = self.old_entries(target)
         if not entries:
-            return None
-        cache = self.cache(target.state)
-        if cache is None:
             return None
         wanted = set(legal)
         # max() keeps the first of equals: the entries come newest first.
         entry_id, old_names, choice = max(entries, key=lambda e: len(wanted.intersection(e[1])))
         try:
-            return Previous(old_names, choice, cache.record(entry_id))
+            return Previous(old_names, choice, self._record(target.state, entry_id))
         except TunecacheError as error:
             self._warn("read", f"tunecache: cannot read {self._op}'s old entry: {error}")
             return None
+
+    def _record(self, state: DeviceState, entry_id: int) -> TimingRecord | None:
+        """An entry's timing record, read through the read contract and decoded."""
+        from tunecache.codec import decode
+
+        path = state.table.path
+        assert path is not None
+        try:
+            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+            try:
+                found = conn.execute(
+                    "SELECT data FROM read_records_v1 WHERE entry_id = ?", (entry_id,)
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error as error:
+            raise StoreError(f"cache database {path}: {error}") from error
+        return None if found is None or found[0] is None else decode(bytes(found[0]))
