@@ -22,6 +22,40 @@ settings.register_profile("tunecache", deadline=None)
 settings.load_profile("tunecache")
 
 
+# The user cache folders a leaking test would write (tunecache's own, and the Triton client's:
+# its caches live under the client's name), as the session found them.
+def _user_caches() -> dict[str, tuple[float, ...]]:
+    import platformdirs
+
+    found = {}
+    for client in ("tunecache", "triton"):
+        folder = Path(platformdirs.user_cache_dir(client, appauthor=False))
+        found[str(folder)] = (
+            tuple(sorted(p.stat().st_mtime for p in folder.rglob("*") if p.is_file()))
+            if folder.is_dir()
+            else ()
+        )
+    return found
+
+
+_CACHES_BEFORE = _user_caches()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any test (or a thread or process it left behind, writing at exit) wrote
+    to the real user cache."""
+    import sys
+
+    writer = sys.modules.get("tunecache.triton.writer")
+    if writer is not None:
+        writer.flush()  # what the Triton client's writer would write at exit, written now
+    after = _user_caches()
+    changed = [folder for folder, stamps in after.items() if stamps != _CACHES_BEFORE[folder]]
+    if changed:
+        print(f"\ntests wrote to the real user cache: {', '.join(changed)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point TUNECACHE_DIR and the XDG cache folder at temporary folders, for this process

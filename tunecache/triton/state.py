@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tunecache import paths
 from tunecache.candidates import checksum
 from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
 from tunecache.resolve import Table
@@ -106,7 +107,12 @@ class KernelStore:
         )
         state = DeviceState(index, device, table)
         if table.path is not None:
-            state.destination = Destination(table.path, device, options.root, options.path)
+            # The root as it is now: a record written later (at exit, say) goes to this store
+            # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
+            root = (
+                None if options.path is not None else paths.cache_root(device.client, options.root)
+            )
+            state.destination = Destination(table.path, device, root, options.path)
             # Another kernel of this process may have decisions for this store on their way:
             # this one sees them, as it sees every other process's (a few ms, and only then).
             WRITER.settle(table.path)
