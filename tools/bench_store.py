@@ -579,7 +579,8 @@ def main() -> int:
         if args.quick
         else Options(quick=False, entries=10_000, puts=2000, repeat=3, fleet=100_000, huge=10**6)
     )
-    warnings.simplefilter("ignore")  # the SQLite defect warning, once per process
+    # tunecache's warnings (a cache reopened, say) would interleave with the figures.
+    warnings.simplefilter("ignore")
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         for section in SECTIONS:

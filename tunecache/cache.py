@@ -165,23 +165,27 @@ class Cache:
         cache._drift = drift
         return cache
 
-    def _reopen(self) -> Engine:
-        """Open the live cache at this path again, after the file this cache had open was
-        moved aside or replaced (StoreMovedError), with every check of `open`; its engine."""
+    def _reopen(self, failed: Engine) -> Engine:
+        """Open the live cache at this path again, after the file the engine `failed` had open
+        was moved aside or replaced (StoreMovedError), with every check of `open`; its engine.
+        Where another thread has reopened it since, the engine that one opened."""
         with self._reopening:
-            old = self._engine
+            if self._engine is not failed:
+                return self._engine
             engine, _, self.readonly_reason, self._drift = _connect(
                 self.path, self.busy_timeout, may_move=self._may_move
             )
             self._engine = engine
             # Row ids belong to a file: the live one may number this device's row otherwise.
             self._device_id = None
-            close_engine(old)
+            # Its connections only: a transaction still on it ends on it (its file was moved
+            # under the writers' lock, so none holds that lock), and close lets go of the rest.
+            failed.dispose()
             return engine
 
-    def _reopen_writable(self) -> Engine:
+    def _reopen_writable(self, failed: Engine) -> Engine:
         """`_reopen`, for a write: the live cache may be one this process cannot write."""
-        engine = self._reopen()
+        engine = self._reopen(failed)
         self._check_writable()
         return engine
 

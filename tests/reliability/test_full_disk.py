@@ -142,3 +142,35 @@ def test_a_full_tmpfs_reads_the_cache_and_says_disk_full(tmp_path: Path) -> None
     _judge(result["commands"], "exact", result["in_process"])
     after = result["after"]
     assert after["status"] == 0 and json.loads(after["out"])["count"] == 1, after["err"]
+
+
+def test_an_import_whose_staging_runs_out_of_room_says_so_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    # The staging file (beside the cache, nameless) fills up before anything is written: the
+    # error is the store's one line, "disk full", not an internal error, and the cache is as
+    # it was.
+    from tunecache.cache import Cache, NewEntry
+    from tunecache.codec import CandidateTiming, TimingRecord
+    from tunecache.exchange import export_cache
+
+    record = TimingRecord(
+        candidates=tuple(CandidateTiming(n, tuple(1e-5 * (1 + j) for j in range(50))) for n in "ab")
+    )
+    source, db = tmp_path / "source.db", tmp_path / "cache.db"
+    with Cache.open(path=source) as cache:
+        cache.put_many(
+            NewEntry(f"conv_F32_m{i + 1}_k3", "a", ("a", "b"), record=record) for i in range(3000)
+        )
+        export = tmp_path / "export.cbor"
+        export.write_bytes(export_cache(cache))
+    with Cache.open(path=db) as cache:
+        cache.put("conv_F32_m1_k5", choice="b", candidates=("a", "b"))
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("cache.db*") if p.is_file()}
+    limit = max(len(b) for b in before.values()) + 64 * 1024
+    assert export.stat().st_size > 4 * limit
+    done = disk_full.run(("import", str(export)), db, disk_full.limit_file_size(limit))
+    assert done["status"] == 5, done
+    assert done["err"].count("\n") == 1 and "disk full" in done["err"], done["err"]
+    after = {p.name: p.read_bytes() for p in tmp_path.glob("cache.db*") if p.is_file()}
+    assert after == before

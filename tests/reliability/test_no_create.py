@@ -126,3 +126,30 @@ def test_a_dangling_symlink_is_no_cache_and_its_target_is_not_created(tmp_path: 
     done = run_process("list", "--db", str(link))
     assert done.returncode == 2 and "no cache at" in done.stderr, done.stderr
     assert sorted(os.listdir(tmp_path)) == ["cache.db"] and link.is_symlink()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("export", "-o", "OUT"), ("prune", "--dry-run", "--unvalidated")],
+    ids=["export", "prune-dry-run"],
+)
+def test_commands_that_only_read_the_cache_create_none_at_a_mistyped_db(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    folder = tmp_path / "nx" / "a"
+    args = tuple(str(tmp_path / "out.cbor") if a == "OUT" else a for a in command)
+    done = run_process(*args, "--db", str(folder / "cache.db"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"tunecache: error: no cache at {folder / 'cache.db'}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_export_over_the_cache_itself_is_refused_and_the_cache_kept(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with Cache.open(path=db) as cache:
+        cache.put("conv_F32_m64_k3", choice="b", candidates=("a", "b"))
+    before = db.read_bytes()
+    done = run_process("export", "--db", str(db), "-o", str(db))
+    assert done.returncode == 64, done.stderr
+    assert "it is the cache's own" in done.stderr
+    assert db.read_bytes() == before

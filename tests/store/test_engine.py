@@ -295,7 +295,7 @@ def test_a_transaction_with_reopen_begins_again_on_the_engine_it_gets(tmp_path: 
         new = make_engine(db)
 
         ran = 0
-        with transaction(old, reopen=lambda: new) as conn:
+        with transaction(old, reopen=lambda failed: new) as conn:
             conn.exec_driver_sql("CREATE TABLE u (y)")
             ran += 1
         assert ran == 1  # the block ran once, on the live file
@@ -303,3 +303,55 @@ def test_a_transaction_with_reopen_begins_again_on_the_engine_it_gets(tmp_path: 
     finally:
         old.dispose()
         new.dispose()
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()  # until the test says to let go
+"""
+
+_PROBE_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except BlockingIOError:
+    print("held")
+"""
+
+
+def test_a_wait_given_up_never_costs_a_later_writer_its_lock(tmp_path: Path) -> None:
+    # A writer times out while another process holds the lock; its helper thread stays blocked
+    # in flock. Closing that cache, and writing through a new one, must leave the new writer
+    # holding the lock: the helper, once it gets the lock, lets go of its own descriptor only,
+    # never of one the process gave the same number to since.
+    import subprocess
+    import sys
+
+    db = tmp_path / "cache.db"
+    lock = f"{db}.write-lock"
+    Cache.open(path=db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, lock], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == b"held\n"
+    first = Cache.open(path=db, busy_timeout=0.2)
+    with pytest.raises(StoreBusyError):
+        first.put("op_F32_m1", choice="a", candidates=["a", "b"])
+    first.close()
+    second = Cache.open(path=db, busy_timeout=30)
+    holder.stdin.write(b"go\n")
+    holder.stdin.flush()
+    with second.transaction(write=True):
+        # The holder has let go; both the given-up helper and this writer wanted the lock.
+        probe = subprocess.run(
+            [sys.executable, "-c", _PROBE_LOCK, lock], capture_output=True, text=True, check=True
+        )
+        assert probe.stdout.strip() == "held"
+    assert holder.wait(timeout=60) == 0
+    second.close()

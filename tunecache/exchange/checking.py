@@ -113,7 +113,11 @@ class Checker:
             done: concurrent.futures.Future[list[Checked]] = concurrent.futures.Future()
             done.set_result(check_records(tasks))
             return done
-        return self._pool.submit(check_records, tasks)
+        try:
+            return self._pool.submit(check_records, tasks)
+        except (BrokenProcessPool, RuntimeError) as error:
+            # A worker killed (the OOM killer, say) breaks the pool for every later batch.
+            raise StoreError(f"the process checking timing records stopped: {error}") from None
 
     @staticmethod
     def results(future: concurrent.futures.Future[list[Checked]]) -> list[Checked]:

@@ -15,6 +15,8 @@ temporary folder may be memory) and has no name there; it goes when the import e
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import marshal
 import struct
 import tempfile
@@ -133,6 +135,13 @@ class Staged(NamedTuple):
         )
 
 
+def _staging_error(error: OSError) -> StoreError:
+    """The one-line error of a write to the staging file that failed."""
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    said = "disk full: " if full else ""
+    return StoreError(f"{said}cannot stage the import: {error.strerror or error}")
+
+
 class Staging:
     """A temporary file of checked entries, written one by one and read back in chunks.
 
@@ -149,8 +158,11 @@ class Staging:
         self._set_list: list[Set] = []
 
     def close(self) -> None:
-        """Drop the file (it has no name: closing it frees its space)."""
-        self.file.close()
+        """Drop the file (it has no name: closing it frees its space). What its buffer still
+        held is dropped too: a flush that fails here (a full disk) must not hide the error
+        that ended the import."""
+        with contextlib.suppress(OSError):
+            self.file.close()
 
     def add(self, e: ExportedEntry, summary: Summary | None) -> None:
         """Stage one checked entry, as read from a file (its key parsed), with the rows of its
@@ -182,13 +194,16 @@ class Staging:
         try:
             self.file.write(_LENGTH.pack(len(data)) + data)
         except OSError as error:
-            raise StoreError(f"cannot stage the import: {error.strerror or error}") from error
+            raise _staging_error(error) from error
         self.count += 1
 
     def chunks(self) -> Iterator[list[Staged]]:
         """The staged entries in the order they came, at most CHUNK of them (and about
         CHUNK_BYTES of records) at a time."""
-        self.file.flush()
+        try:
+            self.file.flush()
+        except OSError as error:
+            raise _staging_error(error) from error
         self.file.seek(0)
         read, loads, sets, size = self.file.read, marshal.loads, self._set_list, _LENGTH.size
         chunk: list[Staged] = []

@@ -360,14 +360,14 @@ def _abandon(engine: Engine, conn: Connection) -> None:
 
 @contextlib.contextmanager
 def transaction(
-    engine: Engine, *, read: bool = False, reopen: Callable[[], Engine] | None = None
+    engine: Engine, *, read: bool = False, reopen: Callable[[Engine], Engine] | None = None
 ) -> Iterator[Connection]:
     """`engine.begin()` for tunecache: a write (or, with `read`, a deferred read) transaction,
     committed when the block ends and rolled back if it raises.
 
     One that begins on a file that is no longer the one at its path (moved aside or replaced)
-    raises StoreMovedError; with `reopen`, it calls it for an engine on the live file and
-    begins again there (a few times at most). Only the beginning is retried: the block runs
+    raises StoreMovedError; with `reopen`, it calls it with that engine for one on the live
+    file and begins again there (a few times at most). Only the beginning is retried: the block runs
     once, on the file that is the cache.
 
     Ctrl-C can land anywhere in it, inside SQLAlchemy or a driver call. Then the connection is
@@ -386,7 +386,7 @@ def transaction(
                 if reopen is None or attempt == REOPENS:
                     raise
                 conn.close()
-                engine = reopen()
+                engine = reopen(engine)
                 continue
             with begun:
                 yield conn

@@ -108,7 +108,6 @@ class WriteQueue:
         found = os.fstat(fd)
         held_locks[fd] = (found.st_dev, found.st_ino)
         thread_locks.setdefault(threading.get_ident(), set()).add(fd)
-        self.held.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -116,11 +115,20 @@ class WriteQueue:
                 raise sqlite3.OperationalError(
                     "database is locked (tunecache writers queued past the deadline)"
                 ) from None
+        # Only a lock taken is this queue's to let go of when its engine closes.
+        self.held.add(fd)
         return fd
 
     def _wait(self, fd: int) -> bool:
+        """Wait for the lock on `fd` up to the deadline, in a helper thread blocked in flock.
+
+        A wait that ends without the lock (the deadline, or Ctrl-C) hands the descriptor to
+        the helper, which alone closes it once flock returns: closed meanwhile by anyone else,
+        its number could be given to the next lock taken, which the helper's release would
+        then close under its holder.
+        """
         got = threading.Event()
-        gave_up = False
+        gave_up = [False]
         guard = threading.Lock()
 
         def block() -> None:
@@ -129,19 +137,31 @@ class WriteQueue:
             except OSError:
                 return
             with guard:
-                if gave_up:
+                if gave_up[0]:
                     self.release(fd)
                 else:
                     got.set()
 
-        threading.Thread(target=block, name="tunecache-write-queue", daemon=True).start()
-        if got.wait(self.timeout):
-            return True
-        with guard:
-            if got.is_set():
-                return True
-            gave_up = True
-        return False
+        helper = threading.Thread(target=block, name="tunecache-write-queue", daemon=True)
+        won = False
+        try:
+            helper.start()
+            won = got.wait(self.timeout)
+        finally:
+            if not won:
+                with guard:
+                    won = got.is_set()
+                    if not won and helper.ident is not None:
+                        gave_up[0] = True
+                        self._disown(fd)
+        return won
+
+    def _disown(self, fd: int) -> None:
+        # Forgotten by this thread and this queue, still registered as held (so that a child
+        # forked meanwhile closes its copy, and the helper's release closes it).
+        for fds in thread_locks.values():
+            fds.discard(fd)
+        self.held.discard(fd)
 
     @staticmethod
     def release(fd: int) -> None:

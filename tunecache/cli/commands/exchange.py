@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tunecache.cli import render
-from tunecache.cli.device import open_cache
+from tunecache.cli.device import database, existing, location, open_cache
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import EXCHANGE, option_values
 from tunecache.errors import BadArgumentError
@@ -29,9 +29,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError("refusing to write binary CBOR to a terminal; give -o FILE")
     if to_stdout and args.json:
         raise UsageError("--json prints a summary; it needs -o FILE for the export itself")
+    if args.db is not None:
+        # Export only reads: a mistyped --db is an error, never a new empty cache.
+        existing(location(args))
     if not to_stdout:
         # Before the cache opens: a FIFO, a device or a folder there is refused, untouched.
-        outputs.check_output(args.output)
+        target = outputs.check_output(args.output)
+        _refuse_the_cache_itself(target, database(location(args)))
     with open_cache(args) as cache, render.progress(args) as progress:
         device = cache.device
         if to_stdout:
@@ -113,6 +117,19 @@ def _print_import(report: Any) -> None:
         console.print(f"logged as run {report.run_id}, {report.verdicts} verdicts written")
     if report.origin_device is not None:
         console.print(f"entries kept beside local ones are under device {report.origin_device}")
+
+
+def _refuse_the_cache_itself(target: Path, db: Path) -> None:
+    """Refuse an output that is the cache's own database, -wal or -shm: replacing it with the
+    export would destroy the cache it is read from."""
+    import os
+
+    from tunecache.errors import BadOutputError
+
+    for name in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(target, name):
+                raise BadOutputError(f"refusing to write {target}: it is the cache's own {name}")
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -47,6 +47,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "say what to prune: --versions, --stale, --unvalidated, --older-than or --masked"
         )
     current = _current_lists(args.candidates)
+    if args.dry_run and args.db is not None:
+        # A dry run only reads: a mistyped --db is an error, never a new empty cache.
+        existing(location(args))
     with open_cache(args) as cache:
         report = maintain.prune(
             cache,
