@@ -36,9 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.reliability import damage
+from tests.reliability import damage, harness
 
-_failures = 0
+_checks = harness.Checks()
+_check = _checks.check
 
 #: the pages the salvage section damages, one at a time: what, and the table or index
 SALVAGE_PAGES = (
@@ -49,15 +50,6 @@ SALVAGE_PAGES = (
     ("a table page (timing_records)", "timing_records"),
     ("a table page (candidate_timings)", "candidate_timings"),
 )
-
-
-def _check(name: str, problems: list[str]) -> None:
-    global _failures
-    if problems:
-        _failures += 1
-        print(f"  FAIL  {name}: {len(problems)} problems, first: {problems[0][:300]}")
-    else:
-        print(f"  PASS  {name}")
 
 
 def moved_aside(scratch: Path, runs: int, seed: int, entries: int) -> None:
@@ -176,8 +168,8 @@ def main() -> None:
         moved_aside(scratch, args.runs, args.seed, args.move_entries)
         crashes(scratch, args.runs, args.seed, args.move_entries)
         salvage(scratch, args.entries, args.seed)
-    print(f"\n{_failures} checks failed; {time.monotonic() - start:.0f} s in all")
-    sys.exit(1 if _failures else 0)
+    print(f"\n{_checks.failures} checks failed; {time.monotonic() - start:.0f} s in all")
+    sys.exit(1 if _checks.failures else 0)
 
 
 if __name__ == "__main__":

@@ -26,16 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.reliability import harness
 from tunecache.store import migrate
 
-_failures = 0
-
-
-def _check(name: str, problems: list[str]) -> None:
-    global _failures
-    if problems:
-        _failures += 1
-        print(f"  FAIL  {name}: {len(problems)} problems, first: {problems[0][:300]}")
-    else:
-        print(f"  PASS  {name}")
+_checks = harness.Checks()
+_check = _checks.check
 
 
 def concurrency(scratch: Path, writers: list[int], puts: int, readers: int) -> None:
@@ -139,8 +131,8 @@ def main() -> None:
         concurrency(scratch, writers, args.puts, args.readers)
         lock_discipline(scratch)
         crashes(scratch, args.trials, args.seed, args.import_entries)
-    print(f"\n{_failures} checks failed; {time.monotonic() - start:.0f} s in all")
-    sys.exit(1 if _failures else 0)
+    print(f"\n{_checks.failures} checks failed; {time.monotonic() - start:.0f} s in all")
+    sys.exit(1 if _checks.failures else 0)
 
 
 if __name__ == "__main__":

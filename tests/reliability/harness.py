@@ -1010,3 +1010,19 @@ def crash_import(db: Path, source: ImportSource, seed: int, window: float) -> Tr
         )
     _still_usable(db, trial)
     return trial
+
+
+class Checks:
+    """The checks a reliability benchmark runs, printed as they pass or fail, and counted."""
+
+    def __init__(self) -> None:
+        #: how many checks failed so far
+        self.failures = 0
+
+    def check(self, name: str, problems: list[str]) -> None:
+        """Print `name` as passed, or as failed with how many problems and the first."""
+        if problems:
+            self.failures += 1
+            print(f"  FAIL  {name}: {len(problems)} problems, first: {problems[0][:300]}")
+        else:
+            print(f"  PASS  {name}")

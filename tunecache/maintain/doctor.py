@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,33 +268,13 @@ def _examine(
     return list(found.values())
 
 
-class _Integrity:
-    """SQLite's integrity check of a cache's file, run in a thread on a read transaction of its
-    own: SQLite runs it without holding the GIL, so it takes the other core while doctor's own
-    thread checks the records (about a fifth of a doctor of 100,000 entries). A repair runs it
-    in its write transaction instead, to see the file it repairs."""
-
-    def __init__(self, cache: Cache) -> None:
-        self._found: tuple[str, ...] = ()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(cache,), name="tunecache-doctor-integrity", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, cache: Cache) -> None:
-        try:
-            with cache.transaction() as tx:
-                self._found = upkeep.integrity(tx.conn)
-        except BaseException as error:  # raised again in the caller's thread
-            self._error = error
-
-    def result(self) -> tuple[str, ...]:
-        """Wait for the check: what SQLite said, or what the check raised, raised here."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._found
+def _integrity(cache: Cache) -> tuple[str, ...]:
+    """SQLite's integrity check of a cache's file, on a read transaction of its own. doctor
+    runs it in a thread: SQLite runs it without holding the GIL, so it takes the other core
+    while doctor's own thread checks the records (about a fifth of a doctor of 100,000
+    entries). A repair runs it in its write transaction instead, to see the file it repairs."""
+    with cache.transaction() as tx:
+        return upkeep.integrity(tx.conn)
 
 
 def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = None) -> DoctorReport:
@@ -308,7 +288,9 @@ def doctor(cache: Cache, *, repair: bool = False, progress: Progress | None = No
     wal_file = Path(str(cache.path) + "-wal")
     mended = list(cache.mend_schema()) if repair else []
     # A check that only reports runs SQLite's integrity check beside the rest, on another core.
-    beside = None if repair else _Integrity(cache)
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tunecache-doctor")
+    beside = None if repair else pool.submit(_integrity, cache)
+    pool.shutdown(wait=False)
     with cache.transaction(write=repair) as tx:
         integrity = upkeep.integrity(tx.conn) if beside is None else ()
         revision = migrate.current_revision(tx.conn)
