@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from tunecache import dispatch
 from tunecache._digest import sha256
 from tunecache.resolve import Table
+from tunecache.tune import doubt
 from tunecache.tune.runs import RunFailed, run_with, served, served_entries, tagged
 
 if TYPE_CHECKING:
@@ -67,23 +68,28 @@ def final_guard(session: Session) -> None:
         outcome.skipped = True
         session.cache.note(session.current_run(), note)
         return
+    why = None
     if failed is None:
         verdict, failed = session.trial(Table.empty(), session.table, session.cases)
         outcome.verdict = verdict
         if verdict is not None and verdict.accepted:
             session.cache.note(session.current_run(), note)
             return
+        busy = doubt.contended(session.waited)
+        why = None if busy is None else f"contended: the final guard that masked it {busy}"
     if failed is not None:
         outcome.error = failed.text()
         if failed.side == "A":
             raise failed.error  # the model fails with no table at all: its own bug
-    _mask_everything(session, used)
+    _mask_everything(session, used, why)
     outcome.kept = []
 
 
-def _mask_everything(session: Session, used: list[int]) -> None:
+def _mask_everything(session: Session, used: list[int], why: str | None) -> None:
     """Mask every entry the model uses, then whatever a masked entry's neighbours serve in its
-    place, until the model runs its heuristic everywhere."""
+    place, until the model runs its heuristic everywhere. `why`, if given, is the doubt a
+    contended guard leaves in the records of the entries this session accepted and rejects
+    now, so that a later session tries their keys again (`tunecache.tune.doubt`)."""
     failed = None
     while used:
         for entry_id in used:
@@ -92,6 +98,13 @@ def _mask_everything(session: Session, used: list[int]) -> None:
             others = session.cache.verdicts_on(entry_id)
             others.pop(session.model.name, None)
             vouched = "validated" in others.values()
+            decided = session.decided.get(entry_id)
+            if why is not None and not vouched and decided is not None:
+                heavy, choice, record = decided
+                judged = ("masked", session.guard.verdict)
+                doubted = doubt.with_settings(record, doubt=why)
+                session.put_judged(heavy, choice, doubted, "rejected", judged)
+                continue
             session.record_verdict(
                 entry_id, "masked", session.guard.verdict, status=None if vouched else "rejected"
             )
