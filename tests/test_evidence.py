@@ -67,7 +67,7 @@ def test_cpu_wait_reads_this_process_or_says_nothing() -> None:
     if first is None:
         assert second is None  # a system that does not say (no Linux schedstat)
     else:
-        assert isinstance(first, float) and 0 <= first
+        assert isinstance(first, float) and first >= 0
         assert isinstance(second, float)
     assert waited(1.0, 1.5, 2.0) == 0.25
     assert waited(2.0, 1.0, 1.0) == 0.0  # a thread that exited took its share with it

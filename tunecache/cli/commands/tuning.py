@@ -13,6 +13,7 @@ from tunecache.cli import render
 from tunecache.cli.device import open_cache
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import TUNE, option_values
+from tunecache.cli.usercode import user_code, user_roots
 from tunecache.errors import BadArgumentError, TunecacheError
 
 if TYPE_CHECKING:
@@ -41,6 +42,12 @@ def _load_models(spec: str) -> list[Any]:
     if isinstance(value, list | tuple):
         return [tune.as_model(v) for v in value]
     return [tune.as_model(value, name=attr)]
+
+
+def _spec_modules(specs: Iterable[str]) -> list[str]:
+    """The dotted module names of MODULE:ATTR specs (a FILE.py spec names none)."""
+    wheres = (spec.rpartition(":")[0] for spec in specs)
+    return [where for where in wheres if where and not where.endswith(".py")]
 
 
 def _import(where: str) -> ModuleType:
@@ -156,15 +163,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Tune models on this device: profile, screen heavy keys, bench their candidates, accept
     an entry only when the whole model gets faster (paired runs), and write it to the cache.
     MODEL is MODULE:ATTR or FILE.py:ATTR naming a tunecache.tune.Model, a callable, or a list or
-    dict of them. Ctrl-C keeps what was accepted (exit 130)."""
+    dict of them. Ctrl-C keeps what was accepted (exit 130); an exception from the model's own
+    code is reported with its type, message and line (exit 9)."""
     from tunecache import tune
 
     models = [m for spec in args.model for m in _load_models(spec)]
+    roots = user_roots(_spec_modules(args.model))
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
         for model in models:
             try:
-                report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
+                with user_code(f"model {model.name!r}", roots):
+                    report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
             except tune.TuneInterrupted as stop:
                 reports.append(stop.report)
                 _emit_tune(args, reports)
@@ -337,7 +347,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         tuned = [m for spec in args.tune for m in _load_models(spec)]
         held = [m for spec in args.held_out for m in _load_models(spec)]
-    with _evaluation_store(args, examples) as cache, render.progress(args) as progress:
+    roots = () if examples else user_roots(_spec_modules([*args.tune, *args.held_out]))
+    with (
+        _evaluation_store(args, examples) as cache,
+        render.progress(args) as progress,
+        user_code("a model being evaluated", roots),
+    ):
         # tune.evaluate refuses a held-out model this cache already has verdicts of.
         result = tune.evaluate(tuned, held, **_measuring(args, cache, progress))
     render.emit(args, result, _print_evaluation)
