@@ -57,8 +57,17 @@ too slow leaves it incomplete unless its one call is beyond `drop_ratio` of the 
 Between rounds, once every candidate has `min_samples` samples, a candidate whose median is more
 than `drop_ratio` times the leader's is dropped (pruned), as cubecl's autotuner does.
 
-`refused` names candidates the caller will not have called (a wrong output, a call a previous
-bench found too slow for this budget): each is recorded with the timing given, and never called.
+**Outputs before speed.** With `compare` (and `reference`, the candidate whose output is the
+standard: the heuristic), the reference is probed first and its output kept; every other
+candidate's probe output is compared with it, and one that differs (`compare` returns the
+difference in words) is refused as wrong (`tunecache.evidence.WRONG`): recorded with that
+error and no sample, never calibrated, sampled or ranked. The probes double as the check, so it
+costs no call of its own. ``settings["checked"]`` says whether outputs were compared: the
+reference's output was had (not when it raised or was refused), so every candidate probed after
+it was checked, and one never probed has no sample to rank.
+
+`refused` names candidates the caller will not have called (a call a previous bench found too
+slow for this budget): each is recorded with the timing given, and never called.
 The record's ``settings["waited"]`` is the fraction of the bench's wall time this process's
 threads spent waiting for a CPU (`tunecache.evidence.cpu_wait`; None where the system does not
 say): a bench beside other busy work measures its neighbours as much as its candidates.
@@ -196,6 +205,8 @@ def bench(
     clock: Callable[[], float] = time.perf_counter,
     refused: Mapping[str, codec.CandidateTiming] | None = None,
     cpu_wait: Callable[[], float | None] | None = None,
+    reference: str | None = None,
+    compare: Callable[[Any, Any], str | None] | None = None,
 ) -> BenchResult:
     """Time each zero-argument candidate, interleaved, and pick the fastest by median.
 
@@ -203,9 +214,11 @@ def bench(
     the clock seconds spent on this key, calibration and warm-up included (None: no cap), to
     within one call. A candidate that raises an Exception is recorded with its error and
     skipped; KeyboardInterrupt and SystemExit propagate. `refused` maps candidates not to call
-    to the timing to record for each (it must carry an error). `cpu_wait` reads how long this
-    process has waited for a CPU (default `tunecache.evidence.cpu_wait`). Raises
-    BadArgumentError for bad options or no candidates.
+    to the timing to record for each (it must carry an error). `compare(reference's output,
+    output)`, with `reference` naming a candidate, refuses as wrong each candidate whose
+    output it finds different (None: the same). `cpu_wait` reads how long this process has
+    waited for a CPU (default `tunecache.evidence.cpu_wait`). Raises BadArgumentError for bad
+    options or no candidates.
     """
     _check_candidates(candidates)
     check_settings(
@@ -221,12 +234,19 @@ def bench(
         clock=clock,
         refused=refused,
         cpu_wait=cpu_wait,
+        reference=reference,
+        compare=compare,
     )
     given = dict(refused or {})
     _check_refused(candidates, given)
+    if (reference is None) != (compare is None) or (
+        reference is not None and reference not in candidates
+    ):
+        raise BadArgumentError("compare needs a reference, one of the candidates, and back")
     waiting = evidence.cpu_wait if cpu_wait is None else cpu_wait
     wall, waited = time.perf_counter(), waiting()
-    run = Sampler(candidates, given, sample_time, warmup, budget, sync, clock)
+    checking = None if reference is None or compare is None else (reference, compare)
+    run = Sampler(candidates, given, sample_time, warmup, budget, sync, clock, checking)
     run.probe_all()
     for name in candidates:
         if run.cut:
@@ -254,6 +274,7 @@ def bench(
         "rounds": rounds,
         "elapsed": elapsed,
         "waited": evidence.waited(waited, waiting(), time.perf_counter() - wall),
+        "checked": run.checked,
     }
     return run.result(stopped, elapsed, settings, min_samples, drop_ratio)
 
@@ -349,6 +370,7 @@ def check_settings(**settings: Any) -> None:
     sample_time, warmup = values["sample_time"], values["warmup"]
     sync, clock = values["sync"], values["clock"]
     refused, cpu_wait = values["refused"], values["cpu_wait"]
+    compare = values["compare"]
     # The annotations say what is meant; callers without a type checker pass anything, so
     # every check is made at run time too.
     if not is_int(min_samples) or min_samples < 1:
@@ -377,3 +399,5 @@ def check_settings(**settings: Any) -> None:
         raise BadArgumentError("refused must map candidate names to CandidateTimings, or None")
     if cpu_wait is not None and not callable(cpu_wait):
         raise BadArgumentError("cpu_wait must be a callable returning seconds, or None")
+    if compare is not None and not callable(compare):
+        raise BadArgumentError("compare must be a callable of two outputs, or None")

@@ -9,6 +9,12 @@ expected time, from the candidate's last measured time per call, fits in what is
 first step that does not fit ends the bench (`Sampler.cut`): round-robin sampling cannot go on
 fairly without it. A candidate one call of which took longer than what was left when it began
 is recorded as too slow, with that call as its sample, and ends the bench too.
+
+With a `compare`, the probes double as the output check: the reference candidate is probed
+first and its output kept (a copy of its arrays), every other probe's output is compared with
+it, and a candidate that differs is refused as wrong (`tunecache.evidence.WRONG`) before it is
+calibrated or sampled: it keeps no sample. The check costs no call of its own, and stays within
+the key's budget.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from tunecache import codec
-from tunecache.evidence import TOO_SLOW, environment, error_text, refusal, refusal_text
+from tunecache import codec, outputs
+from tunecache.evidence import TOO_SLOW, WRONG, environment, error_text, refusal, refusal_text
 
 if TYPE_CHECKING:
     from tunecache.bench import BenchResult
@@ -51,8 +57,14 @@ class Sampler:
         budget: float | None,
         sync: Callable[[], object] | None,
         clock: Callable[[], float],
+        compare: tuple[str, Callable[[object, object], str | None]] | None = None,
     ) -> None:
         self.fns = dict(candidates)
+        #: (the reference candidate, how an output is compared with its output), if checked
+        self.compare = compare
+        #: whether the reference's output was had, so that the other outputs were checked
+        self.checked = False
+        self.expected: object = None
         self.order = list(candidates)
         #: candidates never called here: the timing that says why, recorded as given
         self.refused = dict(refused)
@@ -123,34 +135,63 @@ class Sampler:
         return max(0.0, clock() - t0)
 
     def probe_all(self) -> None:
-        """Time one call of every candidate, in declaration order, before calibrating any; a
-        probe starts only while the budget lasts, so the pass overruns it by one call at most."""
-        for name in self.order:
+        """Time one call of every candidate before calibrating any: the reference first when
+        outputs are compared, then the rest in declaration order. A probe starts only while
+        the budget lasts, so the pass overruns it by one call at most."""
+        order = self.order
+        if self.compare is not None:
+            first = self.compare[0]
+            order = [first, *(name for name in order if name != first)]
+        for name in order:
             if name in self.refused:
                 continue
             fits, left = self.fits(0.0)
             if not fits:
                 break
-            took = self.probe(name)
-            if name not in self.errors and took > left:
-                self.too_slow(name, took, left)
+            took, output = self.probe(name)
+            if name in self.errors:
+                continue
+            self.check(name, output)
+            if took > left:
+                if name in self.errors:
+                    self.cut = True
+                else:
+                    self.too_slow(name, took, left)
 
-    def probe(self, name: str) -> float:
-        """Time a candidate's first call; return the seconds it took, even if it raised."""
+    def probe(self, name: str) -> tuple[float, object]:
+        """Time a candidate's first call: the seconds it took, even if it raised, and what it
+        returned (None if it raised)."""
         sync, clock = self.sync, self.clock
         if sync is not None:
             sync()
         t0 = clock()
         try:
-            self.fns[name]()
+            output = self.fns[name]()
             if sync is not None:
                 sync()
         except Exception as e:
             self.errors[name] = error_text(e)
-            return max(0.0, clock() - t0)
+            return max(0.0, clock() - t0), None
         took = max(0.0, clock() - t0)
         self.probes[name] = took
-        return took
+        return took, output
+
+    def check(self, name: str, output: object) -> None:
+        """Keep the reference's output, or compare another candidate's with it: one that
+        differs is refused as wrong, with no sample. An exception the comparison raises is the
+        caller's (its check hook), not the candidate's, and propagates."""
+        if self.compare is None:
+            return
+        reference, compare = self.compare
+        if name == reference:
+            self.expected, self.checked = outputs.snapshot(output), True
+            return
+        if not self.checked:
+            return
+        differs = compare(self.expected, output)
+        if differs is not None:
+            self.errors[name] = refusal_text(WRONG, differs)
+            del self.probes[name]
 
     def calibrate(self, name: str) -> None:
         """Finish a probed candidate's warm-up, then find how many calls make one sample last

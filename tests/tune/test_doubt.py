@@ -268,3 +268,39 @@ def test_a_guard_that_lost_while_contended_leaves_its_masks_open(cache: Cache) -
     assert second.keys[0].action == "accepted"
     assert second.guard is not None and second.guard.accepted
     assert served(cache, model, op) == "fast"
+
+
+def test_benching_again_in_place_does_not_run_a_passed_guard_again(cache: Cache) -> None:
+    noise, clock = Noise(), Clock()
+    winner = noisy_op("ttwinner_F64", noise, clock)
+    in_bench = outside_the_model()
+    flips = iter([0.002, 0.02] * 1000)
+
+    def base(n: int) -> None:
+        clock.advance(0.01)
+        time.sleep(0.004)
+
+    def shaky(n: int) -> None:
+        # On the bench, every other call takes 20 ms: its median drops it, its fastest sample
+        # says it belongs. Inside a model it is as slow as it looks (8 ms against 4).
+        clock.advance(next(flips) if in_bench() else 0.0)
+        time.sleep(0.008)
+
+    unsure = tunecache.Tunable(
+        "ttunsure_F64",
+        dims=("n",),
+        shape=lambda n: (n,),
+        candidates={"base": base, "shaky": shaky},
+        heuristic="base",
+        register=False,
+    )
+    model = Model("both", lambda: (winner(1), unsure(1)))
+    first = session(model, cache, noise, clock, bench_options={"max_samples": 4})
+    actions = {k.key: k.action for k in first.keys}
+    assert actions[winner.key(1).text] == "accepted" and first.guard is not None
+    assert first.guard.accepted
+    second = session(model, cache, noise, clock, bench_options={"max_samples": 4})
+    redone = {k.key: k for k in second.keys}[unsure.key(1).text]
+    assert redone.doubt.startswith("benched again: unstable: shaky was dropped")
+    # It wrote the new record, in place; what the table serves is what the passed guard saw.
+    assert second.guard_skipped and second.guard is None

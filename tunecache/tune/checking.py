@@ -1,11 +1,11 @@
-"""Correctness before speed: every candidate's output on the call the profile captured is
-compared with the heuristic's before anything is timed (`tunecache.Tunable.compare`: the op's
-`check=` hook, or `tunecache.outputs` within its tolerance).
+"""Correctness before speed, outside a bench: the outputs of some candidates on the call the
+profile captured, compared with the heuristic's (`tunecache.Tunable.compare`: the op's `check=`
+hook, or `tunecache.outputs` within its tolerance).
 
-A candidate that differs is refused: recorded with the error "wrong output: <its largest
-difference>" (`tunecache.evidence.WRONG`) and no samples, so it is never benched, chosen or
-served. One that raises on the call is refused with its error, as the bench would record it.
-Each candidate is called once; the heuristic first, its output the reference.
+A fresh bench checks every candidate itself, on its probe (`bench.bench(compare=...)`); this is
+for the decisions made without one: the survivors of a record stored before outputs were
+checked, before their trial, and another model's entry this model is about to judge. Each
+candidate named is called once, after the heuristic, whose output is the reference.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tunecache.codec import CandidateTiming
 from tunecache.evidence import WRONG, error_text, refusal_text
 from tunecache.outputs import snapshot
 
 if TYPE_CHECKING:
     from tunecache.dispatch import Tunable
 
-__all__ = ["outputs_differ", "refuse_wrong"]
+__all__ = ["outputs_differ"]
 
 
 def outputs_differ(
@@ -50,14 +49,3 @@ def outputs_differ(
         if differs is not None:
             found[name] = refusal_text(WRONG, differs)
     return found
-
-
-def refuse_wrong(
-    op: Tunable[Any, Any], functions: Mapping[str, Callable[[], object]], heuristic: str
-) -> dict[str, CandidateTiming]:
-    """The candidates a bench must not call, each with the timing that says why (a wrong
-    output, or what it raised), from one checked call of every candidate."""
-    return {
-        name: CandidateTiming(name, error=text)
-        for name, text in outputs_differ(op, functions, heuristic).items()
-    }

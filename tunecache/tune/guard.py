@@ -3,7 +3,8 @@ scenario, end to end, or every entry the model uses is masked for it.
 
 The guard is the promise "never slower than the heuristic", so it runs whatever the budget says.
 A passing guard leaves a note on the session's `runs` row naming a digest of what every key was
-answered; a later session that wrote nothing, over exactly the same answers, skips it.
+answered; a later session over exactly the same answers skips it, whatever it wrote that
+changed none of them (a record benched again in place, a "no" written again).
 """
 
 from __future__ import annotations
@@ -63,8 +64,11 @@ def final_guard(session: Session) -> None:
             raise failed.error  # the model fails with its heuristic: its own bug
         return
     note = guard_note(session, answers)
-    if failed is None and not session.wrote and session.cache.runs_noted(note):
-        # A finished session's guard passed over exactly this table, and nothing changed.
+    if failed is None and session.cache.runs_noted(note):
+        # A finished session's guard passed over exactly this table: every key answered by
+        # the same entry and choice. What this session wrote changed none of those answers
+        # (a record benched again in place), so running the guard again could only risk a
+        # noisy "no" over a table already judged.
         outcome.skipped = True
         session.cache.note(session.current_run(), note)
         return

@@ -1,10 +1,10 @@
 """Step 4's evidence for one heavy key: the timing record already stored for it, reused when it
 stands (`tunecache.tune.doubt`), or a fresh bench of its candidates in isolation, on the call the
-profile captured, after each candidate's output was checked against the heuristic's
-(`tunecache.tune.checking`).
+profile captured, each candidate's output compared with the heuristic's as it is probed
+(`bench.bench(compare=...)`: a wrong one is never calibrated, sampled or ranked).
 
-A fresh bench refuses, without calling them, the candidates whose output was wrong and those a
-stored record found too slow for a budget no larger than this one (`bench.bench(refused=...)`).
+A fresh bench refuses, without calling them, the candidates a stored record found too slow for
+a budget no larger than this one (`bench.bench(refused=...)`).
 A bench taken because the stored record was doubtful counts itself in its record's settings
 (``rebench``, with ``rebenched_for``: why), so a key is benched again a bounded number of times.
 """
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from tunecache import bench
 from tunecache.evidence import TOO_SLOW, WRONG, refusal
 from tunecache.tune import doubt
-from tunecache.tune.checking import refuse_wrong
 
 if TYPE_CHECKING:
     from tunecache.cache import Entry
@@ -72,8 +71,8 @@ def gather(session: Session, heavy: Heavy, stored: Entry | None, current: str) -
         if why is None or count >= session.options.rebench:
             said = "" if why is None else f"reused, though {why} (benched again {count} times)"
             return _lent(session, heavy, previous, said, current)
-    result, checked = _bench(session, heavy, previous)
-    record = doubt.with_settings(result.record, checked=checked)
+    result = _bench(session, heavy, previous)
+    record = result.record
     said = ""
     if why is not None:
         record = doubt.with_settings(record, rebench=count + 1, rebenched_for=why)
@@ -142,22 +141,16 @@ def bound_calls(heavy: Heavy) -> dict[str, Callable[[], object]]:
     return {name: bound(function) for name, function in heavy.op.functions.items()}
 
 
-def _bench(
-    session: Session, heavy: Heavy, previous: TimingRecord | None
-) -> tuple[bench.BenchResult, bool]:
-    """Every candidate of the key in isolation, on the call the profile captured, and whether
-    their outputs were checked first (not when the heuristic cannot be called); the candidates
-    too slow for this budget before are not called again."""
+def _bench(session: Session, heavy: Heavy, previous: TimingRecord | None) -> bench.BenchResult:
+    """Every candidate of the key in isolation, on the call the profile captured, each one's
+    output compared with the heuristic's as it is probed (`bench.bench(compare=...)`); the
+    candidates found too slow for this budget before are not called again."""
     functions = bound_calls(heavy)
     budget = session.options.key_budget
     refused: dict[str, CandidateTiming] = {}
     if previous is not None:
         slow = set(doubt.too_slow_for(previous, budget))
         refused.update((c.name, c) for c in previous.candidates if c.name in slow)
-    heuristic = heavy.heuristic
-    checked = {name: f for name, f in functions.items() if name not in refused}
-    if heuristic in checked:
-        refused.update(refuse_wrong(heavy.op, checked, heuristic))
     options = {
         "sync": session.model.sync,
         "cpu_wait": session.how.cpu_wait,
@@ -166,5 +159,11 @@ def _bench(
     lower_bound = heavy.op.lower_bound(heavy.key)
     if lower_bound is not None:
         options.setdefault("lower_bound", lower_bound)
-    result = bench.bench(functions, budget=budget, refused=refused, **options)
-    return result, heuristic in checked
+    return bench.bench(
+        functions,
+        budget=budget,
+        refused=refused,
+        reference=heavy.heuristic,
+        compare=heavy.op.compare,
+        **options,
+    )

@@ -112,16 +112,35 @@ def _print_tune(console: Console, report: Any) -> None:
     keys = render.table(title, *columns, rows=map(_key_cells, report.keys))
     console.print(keys)
     counts = {a: report.count(a) for a in ("accepted", "validated", "masked", "rejected")}
+    if report.count("budget cut"):
+        counts["budget cut"] = report.count("budget cut")
     console.print(
         f"{len({k.key for k in report.keys})} heavy keys, {report.screened} screened out; "
         + ", ".join(f"{n} {a}" for a, n in counts.items())
     )
+    for outcome in report.keys:
+        for line in _refusals(outcome):
+            console.print(line, highlight=False)
     console.print(_guard_line(report))
     if report.interrupted:
         console.print("interrupted: what was accepted before is stored")
     elif report.budget_spent:
         console.print("the time budget ran out: some keys were skipped")
     console.print(f"{report.seconds:.1f} s, run {report.run_id}")
+
+
+def _refusals(outcome: Any) -> list[str]:
+    """What a key's bench refused or doubted, a line each: wrong outputs, calls too slow for
+    the key's budget, and stored evidence benched again."""
+    lines = []
+    if outcome.wrong:
+        lines.append(f"{outcome.key}: wrong output, never benched: {', '.join(outcome.wrong)}")
+    if outcome.too_slow:
+        names = ", ".join(outcome.too_slow)
+        lines.append(f"{outcome.key}: one call outlasted the key's budget: {names}")
+    if outcome.doubt:
+        lines.append(f"{outcome.key}: {outcome.doubt}")
+    return lines
 
 
 def _key_cells(outcome: Any) -> list[str]:
