@@ -15,12 +15,12 @@ One tuning session, for each scenario of the model (each set of sizes of its sym
    model has not judged, is run with and without (paired, `accept.accept`); the model records
    `validated` or `masked` for itself. Its mask stops the entry applying to it only.
 4. **Bench** each remaining heavy key's candidates in isolation on the captured arguments
-   (`bench.bench`), after checking each one's output against the heuristic's (`checking`: a
-   wrong one is never benched); this only prunes them to a few. An entry already stored for
-   the key and candidate list lends its timing record instead, so a key is not benched again,
-   unless the record is doubtful (`doubt`: a budget cut, a contended or unstable bench, a
-   contradicted or contended trial; at most `rebench` times) or `retune`. Another model's
-   decision is never rewritten.
+   (`bench.bench`), each one's output compared with the heuristic's on its first call (a wrong
+   one is never timed further, chosen or served); this only prunes them to a few. An entry
+   already stored for the key and candidate list lends its timing record instead, so a key is
+   not benched again, unless the record is doubtful (`doubt`: a budget cut, a contended or
+   unstable bench, a contradicted or contended trial; at most `rebench` times) or `retune`.
+   Another model's decision is never rewritten.
 5. **Accept** through whole-model runs: the scenario with the current table (A) against the
    table plus the candidate entry (B), in pairs of random order; the first survivor B wins with
    is written as accepted, with this model's `validated` verdict. If none wins, the best is kept
