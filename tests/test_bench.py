@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tunecache import codec
 from tunecache.bench import INDIFFERENCE, BenchResult, bench
 from tunecache.errors import BadArgumentError
-from tunecache.evidence import TOO_SLOW, refusal
+from tunecache.evidence import TOO_SLOW, WRONG, refusal
 
 
 class Clock:
@@ -860,3 +860,45 @@ def test_a_refused_candidate_is_recorded_as_given_and_never_called() -> None:
     assert result.record.candidate("b") == wrong
     assert result.errors == {"b": "wrong output: largest difference 1"}
     assert result.best == "a" and result.stopped == "single" and result.complete is True
+
+
+def test_the_probes_check_every_output_against_the_reference() -> None:
+    clock = Clock()
+    outputs = {"a": 1.0, "ref": 1.0, "off": 2.0}
+
+    def op(name: str, time: int) -> Callable[[], float]:
+        call = clock.op(name, [time])
+
+        def run() -> float:
+            call()
+            return outputs[name]
+
+        return run
+
+    def compare(expected: float, actual: float) -> str | None:
+        return None if expected == actual else f"{actual} is not {expected}"
+
+    result = run(
+        clock,
+        {"a": op("a", 100), "ref": op("ref", 120), "off": op("off", 10)},
+        reference="ref",
+        compare=compare,
+    )
+    # The reference is probed first; off, the fastest, differs: refused after its probe.
+    assert clock.calls()[:3] == ["ref", "a", "off"]
+    assert "off" not in clock.calls()[3:]
+    assert result.errors == {"off": "wrong output: 2.0 is not 1.0"}
+    assert refusal(result.errors["off"]) == WRONG and samples(result, "off") == ()
+    assert result.best == "a" and result.record.settings["checked"] is True
+    # A reference that raises leaves nothing to compare with: the record says so.
+    clock = Clock()
+    unchecked = run(
+        clock,
+        {"ref": clock.op("ref", [1], fail_at=1), "a": clock.op("a", [100])},
+        reference="ref",
+        compare=compare,
+    )
+    assert unchecked.record.settings["checked"] is False and unchecked.best == "a"
+    for bad in ({"reference": "ref"}, {"compare": compare}, {"reference": "z", "compare": compare}):
+        with pytest.raises(BadArgumentError, match="compare needs a reference"):
+            bench({"ref": _noop}, **bad)  # type: ignore[arg-type]

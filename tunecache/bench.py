@@ -221,28 +221,24 @@ def bench(
     options or no candidates.
     """
     _check_candidates(candidates)
-    check_settings(
-        min_samples=min_samples,
-        max_samples=max_samples,
-        drop_ratio=drop_ratio,
-        lower_bound=lower_bound,
-        bound_threshold=bound_threshold,
-        budget=budget,
-        sample_time=sample_time,
-        warmup=warmup,
-        sync=sync,
-        clock=clock,
-        refused=refused,
-        cpu_wait=cpu_wait,
-        reference=reference,
-        compare=compare,
-    )
-    given = dict(refused or {})
-    _check_refused(candidates, given)
-    if (reference is None) != (compare is None) or (
-        reference is not None and reference not in candidates
-    ):
-        raise BadArgumentError("compare needs a reference, one of the candidates, and back")
+    options: dict[str, Any] = {
+        "min_samples": min_samples,
+        "max_samples": max_samples,
+        "drop_ratio": drop_ratio,
+        "lower_bound": lower_bound,
+        "bound_threshold": bound_threshold,
+        "budget": budget,
+        "sample_time": sample_time,
+        "warmup": warmup,
+        "sync": sync,
+        "clock": clock,
+        "refused": refused,
+        "cpu_wait": cpu_wait,
+        "reference": reference,
+        "compare": compare,
+    }
+    check_settings(**options)
+    given = _check_refused(candidates, refused, reference, compare)
     waiting = evidence.cpu_wait if cpu_wait is None else cpu_wait
     wall, waited = time.perf_counter(), waiting()
     checking = None if reference is None or compare is None else (reference, compare)
@@ -258,25 +254,33 @@ def bench(
     )
     run.fill_fallbacks()
     elapsed = max(0.0, clock() - run.start)
-    settings: dict[str, codec.Scalar] = {
-        "min_samples": min_samples,
-        "max_samples": max_samples,
-        "drop_ratio": float(drop_ratio),
+    settings = _settings(options, stopped, rounds, elapsed)
+    settings["waited"] = evidence.waited(waited, waiting(), time.perf_counter() - wall)
+    settings["checked"] = run.checked
+    return run.result(stopped, elapsed, settings, min_samples, drop_ratio)
+
+
+def _settings(
+    options: Mapping[str, Any], stopped: Stopped, rounds: int, elapsed: float
+) -> dict[str, codec.Scalar]:
+    """The record's settings: how the bench was asked to measure, and how it went."""
+    lower_bound, budget, clock = options["lower_bound"], options["budget"], options["clock"]
+    return {
+        "min_samples": options["min_samples"],
+        "max_samples": options["max_samples"],
+        "drop_ratio": float(options["drop_ratio"]),
         "lower_bound": None if lower_bound is None else float(lower_bound),
-        "bound_threshold": float(bound_threshold),
+        "bound_threshold": float(options["bound_threshold"]),
         "budget": None if budget is None else float(budget),
-        "sample_time": float(sample_time),
-        "warmup": warmup,
+        "sample_time": float(options["sample_time"]),
+        "warmup": options["warmup"],
         "indifference": INDIFFERENCE,
-        "sync": sync is not None,
+        "sync": options["sync"] is not None,
         "clock": getattr(clock, "__qualname__", type(clock).__qualname__),
         "stopped": stopped,
         "rounds": rounds,
         "elapsed": elapsed,
-        "waited": evidence.waited(waited, waiting(), time.perf_counter() - wall),
-        "checked": run.checked,
     }
-    return run.result(stopped, elapsed, settings, min_samples, drop_ratio)
 
 
 # --- the sampling loop -----------------------------------------------------------------------
@@ -328,16 +332,26 @@ def settings_defaults() -> MappingProxyType[str, Any]:
 
 
 def _check_refused(
-    candidates: Mapping[str, object], refused: Mapping[str, codec.CandidateTiming]
-) -> None:
-    """Refuse `refused` entries that name no candidate or record no reason."""
-    for name, timing in refused.items():
+    candidates: Mapping[str, object],
+    refused: Mapping[str, codec.CandidateTiming] | None,
+    reference: str | None,
+    compare: object,
+) -> dict[str, codec.CandidateTiming]:
+    """The refused candidates as a dict; refuse entries that name no candidate or record no
+    reason, and a `compare` without a `reference` among the candidates (or the other way)."""
+    if (reference is None) != (compare is None) or (
+        reference is not None and reference not in candidates
+    ):
+        raise BadArgumentError("compare needs a reference, one of the candidates, and back")
+    given = dict(refused or {})
+    for name, timing in given.items():
         if name not in candidates:
             raise BadArgumentError(f"refused candidate {name!r} is not one of the candidates")
         if not isinstance(timing, codec.CandidateTiming) or timing.name != name:
             raise BadArgumentError(f"refused candidate {name!r} needs its CandidateTiming")
         if timing.error is None:
             raise BadArgumentError(f"refused candidate {name!r} needs an error saying why")
+    return given
 
 
 def _check_candidates(candidates: object) -> None:
