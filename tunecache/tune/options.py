@@ -55,11 +55,12 @@ ACCEPT_DEFAULTS: dict[str, Any] = {
 }
 
 #: what `bench_options` may set, with the defaults: every option of `bench.bench` but the key's
-#: budget (which is `key_budget`) and the candidates it refuses (the tuner's own)
+#: budget (which is `key_budget`), and the candidates it refuses and the output check it makes
+#: (the tuner's own: the op's heuristic and `Tunable.compare`)
 BENCH_DEFAULTS: dict[str, Any] = {
     name: parameter.default
     for name, parameter in inspect.signature(bench.bench).parameters.items()
-    if name not in ("candidates", "budget", "refused")
+    if name not in ("candidates", "budget", "refused", "reference", "compare")
 }
 
 
