@@ -235,9 +235,12 @@ def report(title: str, tallies: list[Tally], judged: bool) -> None:
         quiet = t.quiet_second / t.quiet if t.quiet else math.nan
         verdict = ""
         if judged and t.rebench is None:
+            calm = "met" if quiet >= TARGET else "MISSED"
+            if not t.quiet:
+                calm = "not measured (no second session was quiet)"
             verdict = (
                 f"   >= {TARGET:.0%}: all trials {'met' if rate >= TARGET else 'MISSED'}, "
-                f"quiet session 2 {'met' if quiet >= TARGET else 'MISSED'}"
+                f"quiet session 2 {calm}"
             )
         print(
             f"  {t.name:<38} {t.trials:>6} {t.first / max(t.trials, 1):>8.0%} {rate:>8.0%} "
