@@ -66,6 +66,14 @@ def _isolated_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return root
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this process's CPU waits unknown (`tunecache.evidence.cpu_wait` returns None), so
+    how busy the machine is never decides what a test's tuner re-benches; a test of that rule
+    injects its own waits (`Running(cpu_wait=...)`, `bench(cpu_wait=...)`)."""
+    monkeypatch.setattr("tunecache.evidence.cpu_wait", lambda: None)
+
+
 @pytest.fixture
 def device() -> Device:
     """A fixed device identity, so tests do not depend on the machine they run on."""

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tunecache import codec
 from tunecache.bench import INDIFFERENCE, BenchResult, bench
 from tunecache.errors import BadArgumentError
+from tunecache.evidence import TOO_SLOW, WRONG, refusal
 
 
 class Clock:
@@ -315,31 +316,29 @@ def test_budget_stops_sampling_and_decides_from_what_was_measured() -> None:
         budget=1000.0,
     )
     assert result.stopped == "budget"
-    # Two probes (200), then samples of ~100-140 until 1000 is reached.
-    assert 1000.0 <= result.elapsed < 1000.0 + 140
-    assert all(len(c.samples) >= 1 for c in result.record.candidates)
-    rounds = result.record.settings["rounds"]
-    assert isinstance(rounds, int) and rounds < 10
-    assert result.best is not None
+    # Two probes (215) and three rounds (725): a's next sample (140, as its last) does not fit
+    # in the 60 seconds left, so the bench ends there, within its budget.
+    assert result.elapsed == 940.0 <= 1000.0
+    assert [len(c.samples) for c in result.record.candidates] == [3, 3]
+    assert result.record.settings["rounds"] == 3
+    assert result.best == "b"
+    assert result.complete is True
 
 
-def test_budget_spent_in_the_probe_pass_keeps_the_probes_as_samples() -> None:
+def test_the_first_step_that_does_not_fit_ends_the_bench() -> None:
     clock = Clock()
     result = run(
         clock,
         {"a": clock.op("a", [100]), "b": clock.op("b", [90]), "c": clock.op("c", [10])},
-        budget=50.0,
+        budget=250.0,
     )
-    assert result.stopped == "budget"
-    assert samples(result, "a") == (100.0,)
-    assert samples(result, "b") == (90.0,)
-    # a (100) + b (90) pass budget + the longest probe (50 + 100): c is cut off before its
-    # probe, so it has no samples, no error, no rank.
-    assert samples(result, "c") == ()
-    assert result.record.candidate("c").error is None
-    assert result.ranking == ("b", "a")
-    assert result.best == "b"
-    assert "c" not in result.medians
+    # The probes (200) fit; a's first sample (100) does not fit in the 50 left, so no candidate
+    # is called again, though c's (10) would have: round-robin cannot go on fairly without a.
+    assert clock.calls() == ["a", "b", "c"]
+    assert result.stopped == "budget" and result.elapsed == 200.0
+    assert [samples(result, n) for n in "abc"] == [(100.0,), (90.0,), (10.0,)]
+    assert result.ranking == ("c", "b", "a") and result.best == "c"
+    assert result.complete is False and result.too_slow == ()
 
 
 def test_budget_counts_warmup_and_calibration() -> None:
@@ -351,10 +350,10 @@ def test_budget_counts_warmup_and_calibration() -> None:
         budget=100.0,
         clock=clock,
     )
-    # Both probes (70), then a's second warm-up call spends the budget: a's third warm-up call,
-    # all calibration and b's warm-up never run. Each keeps its probe as its one sample.
-    assert clock.calls() == ["a", "b", "a"]
-    assert result.elapsed == 110.0
+    # Both probes (70); a's second warm-up call, expected to take as long as its probe (40),
+    # does not fit in the 30 left: nothing more runs. Each keeps its probe as its one sample.
+    assert clock.calls() == ["a", "b"]
+    assert result.elapsed == 70.0
     assert result.stopped == "budget"
     assert samples(result, "a") == (40.0,)
     assert samples(result, "b") == (30.0,)
@@ -362,52 +361,71 @@ def test_budget_counts_warmup_and_calibration() -> None:
     assert result.complete is False
 
 
-def test_a_slow_candidate_cannot_spend_the_budget_before_a_fast_one_is_seen() -> None:
+def test_a_call_longer_than_what_is_left_is_too_slow_and_ends_the_bench() -> None:
     # Fake units of 0.1 ms: slow takes 5 s a call, fast 0.1 ms; the budget is 1 s.
     clock = Clock()
     result = bench(
-        {"slow": clock.op("slow", [50_000]), "fast": clock.op("fast", [1])},
+        {"fast": clock.op("fast", [1]), "slow": clock.op("slow", [50_000])},
         sample_time=20.0,
         budget=10_000.0,
         clock=clock,
     )
-    assert result.best == "fast"
-    assert samples(result, "slow") == (50_000.0,)  # its probe, its one fallback sample
-    assert samples(result, "fast") == (1.0,)
-    assert result.ranking == ("fast", "slow")
-    assert result.stopped == "budget"
-    # The documented bound: budget + the longest probe + the last probe.
-    assert clock.calls() == ["slow", "fast"]
+    # slow's first call took 5 s with ~1 s left: the one call the budget cannot bound. It is
+    # recorded as too slow with that call as its sample, and nothing runs after it.
+    assert clock.calls() == ["fast", "slow"]
     assert result.elapsed == 50_001.0 < 10_000 + 50_000 + 1
+    assert result.too_slow == ("slow",)
+    error = result.errors["slow"]
+    assert refusal(error) == TOO_SLOW
+    assert error == "too slow: one call took 5e+04 s with 1e+04 s of the key's 1e+04 s budget left"
+    assert samples(result, "slow") == (50_000.0,)
+    assert result.ranking == ("fast",) and result.best == "fast"
+    assert "slow" not in result.survivors()
+    assert result.stopped == "budget"
     assert result.complete is False
     assert result.record.settings["complete"] is False
+    assert codec.decode(codec.encode(result.record)) == result.record
 
 
-def test_the_probe_pass_stops_past_budget_plus_the_longest_probe() -> None:
+def test_a_first_call_that_outlasts_the_budget_hides_the_rest_until_it_is_refused() -> None:
     clock = Clock()
-    result = run(
-        clock,
-        {
-            "a": clock.op("a", [300]),
-            "b": clock.op("b", [250]),
-            "c": clock.op("c", [200]),
-            "d": clock.op("d", [10]),
-        },
+    first = bench(
+        {"slow": clock.op("slow", [500]), "fast": clock.op("fast", [1])},
+        sample_time=5.0,
         budget=100.0,
+        clock=clock,
     )
-    # a starts at 0 (< 100); b at 300 (< 100 + 300); c at 550 (>= 400): c and d are cut off.
-    assert clock.calls() == ["a", "b"]
-    assert result.elapsed == 550.0 < 100 + 300 + 250
-    for name in ("c", "d"):
-        assert samples(result, name) == ()
-        assert result.record.candidate(name).error is None
-        assert name not in result.medians
-    assert result.ranking == ("b", "a")
-    assert result.best == "b"
+    # No probe starts once the budget is spent: fast is never called.
+    assert clock.calls() == ["slow"] and first.elapsed == 500.0
+    assert first.ranking == () and samples(first, "fast") == ()
+    # A later bench that refuses slow, with its recorded timing, measures fast in full; slow's
+    # one call is far beyond drop_ratio of fast's, so the evidence is complete.
+    clock = Clock()
+    second = bench(
+        {"slow": clock.op("slow", [500]), "fast": clock.op("fast", [1])},
+        sample_time=5.0,
+        budget=100.0,
+        clock=clock,
+        refused={"slow": first.record.candidate("slow")},
+    )
+    assert "slow" not in clock.calls()
+    assert second.record.candidate("slow") == first.record.candidate("slow")
+    assert second.best == "fast" and second.stopped == "single" and second.complete is True
+    assert [c.name for c in second.record.candidates] == ["slow", "fast"]
+
+
+def test_a_too_slow_candidate_within_drop_ratio_leaves_the_evidence_incomplete() -> None:
+    clock = Clock()
+    too_slow = codec.CandidateTiming("b", (120.0,), error="too slow: one call took 120 s")
+    result = run(
+        clock, {"a": clock.op("a", [100]), "b": clock.op("b", [120])}, refused={"b": too_slow}
+    )
+    # a alone converges, but b's one call (120) is within 1.5x of a's: b might have won.
+    assert result.stopped == "single" and result.best == "a"
     assert result.complete is False
 
 
-def test_after_the_probe_pass_the_budget_is_overrun_by_at_most_one_step() -> None:
+def test_every_later_step_fits_in_what_is_left() -> None:
     clock = Clock()
     result = bench(
         {"a": clock.op("a", [3]), "b": clock.op("b", [5])},
@@ -415,10 +433,28 @@ def test_after_the_probe_pass_the_budget_is_overrun_by_at_most_one_step() -> Non
         budget=200.0,
         clock=clock,
     )
-    # Every step after the probes is one call or one batch of at most 2 x 30 (steady times).
+    # After the probes, every step is predicted from the candidate's last time per call: the
+    # bench stops before b's next batch (8 calls, 40) would overrun the 22 left.
     assert result.stopped == "budget"
-    assert 200.0 <= result.elapsed < 200.0 + 2 * 30.0
+    assert result.elapsed == 178.0 <= 200.0
     assert result.best == "a"
+
+
+def test_a_step_slower_than_predicted_overruns_by_that_step_only() -> None:
+    clock = Clock()
+    # b's calls take 100 until one takes 400 (a neighbour's burst), with 100 left: the bench
+    # stops at that step, b recorded too slow, having overrun the budget by that one call.
+    result = run(
+        clock,
+        {"b": clock.op("b", [100, 100, 400]), "a": clock.op("a", [100])},
+        budget=500.0,
+        max_samples=5,
+    )
+    assert clock.calls() == ["b", "a", "b", "a", "b"]
+    assert result.stopped == "budget"
+    assert result.too_slow == ("b",)
+    assert samples(result, "b") == (100.0, 400.0)
+    assert 500.0 < result.elapsed == 800.0 < 500.0 + 400.0
 
 
 def test_a_candidate_calibrated_but_never_sampled_keeps_its_last_batch_not_its_probe() -> None:
@@ -428,10 +464,11 @@ def test_a_candidate_calibrated_but_never_sampled_keeps_its_last_batch_not_its_p
         {"a": clock.op("a", [10, 1]), "b": clock.op("b", [5])},
         sample_time=20.0,
         warmup=1,
-        budget=30.0,
+        budget=60.0,
         clock=clock,
     )
-    # Probes: a 10, b 5 (15). a's calibration: 3 calls (18), then 24 (42): spent.
+    # Probes: a 10, b 5 (15). a's calibration: 3 calls (18), then 24 (42); b's first batch
+    # (5 calls, 25 by its probe) does not fit in the 18 left, and the bench ends.
     assert clock.calls() == ["a", "b"] + ["a"] * 27
     assert result.stopped == "budget"
     assert samples(result, "a") == (1.0,)  # the warm batch, not the cold probe
@@ -453,7 +490,7 @@ def test_complete_when_every_candidate_has_min_samples_or_a_rule_decided() -> No
     late = run(
         clock,
         {"a": clock.op("a", [100, 140], cycle=True), "b": clock.op("b", [140, 100], cycle=True)},
-        budget=900.0,
+        budget=1000.0,
     )
     assert late.stopped == "budget"
     assert [len(c.samples) for c in late.record.candidates] == [3, 3]
@@ -747,3 +784,121 @@ def test_smoke_on_real_numpy_ops() -> None:
     assert all(c.inner_loops >= 1 for c in result.record.candidates)
     assert result.record.settings["clock"] == "perf_counter"
     assert result.elapsed > 0
+
+
+_budget_scripts = st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=4)
+
+
+@settings(max_examples=150)
+@given(
+    scripts=st.lists(_budget_scripts, min_size=1, max_size=4),
+    budget=st.integers(1, 3000),
+    sample_time=st.sampled_from([1.0, 50.0, 500.0]),
+    warmup=st.integers(0, 3),
+)
+def test_the_budget_is_overrun_by_one_step_at_most(
+    scripts: list[list[int]], budget: int, sample_time: float, warmup: int
+) -> None:
+    clock = Clock()
+    names = [f"c{i}" for i in range(len(scripts))]
+    result = bench(
+        {n: clock.op(n, s, cycle=True) for n, s in zip(names, scripts, strict=True)},
+        budget=float(budget),
+        sample_time=sample_time,
+        warmup=warmup,
+        clock=clock,
+    )
+    # Every step begins with budget left, so the bench ends before budget + one step: one call
+    # of a candidate, or one batch of its calls (calibration grows a batch at most tenfold
+    # past one that lasted under sample_time).
+    longest_step = max(max(s) * (10 * math.ceil(sample_time / min(s)) + 2) for s in scripts)
+    assert result.elapsed < budget + longest_step
+    if result.elapsed > budget:
+        assert result.stopped == "budget" and result.complete is False
+    for name in result.too_slow:
+        assert refusal(result.errors[name]) == TOO_SLOW
+        assert len(samples(result, name)) >= 1 and name not in result.ranking
+
+
+def test_the_bench_records_how_long_it_waited_for_a_cpu() -> None:
+    clock = Clock()
+    waits = iter([10.0, 10.0])
+    quiet = run(clock, {"a": clock.op("a", [100])}, cpu_wait=lambda: next(waits))
+    assert quiet.record.settings["waited"] == 0.0
+    unknown = run(clock, {"a": clock.op("a", [100])}, cpu_wait=lambda: None)
+    assert unknown.record.settings["waited"] is None
+    # The fraction of the bench's wall time: a bench that waited "an hour" waited >100%.
+    waits = iter([0.0, 3600.0])
+    busy = run(clock, {"a": clock.op("a", [100])}, cpu_wait=lambda: next(waits))
+    waited = busy.record.settings["waited"]
+    assert isinstance(waited, float) and waited > 1.0
+
+
+@pytest.mark.parametrize(
+    ("refused", "message"),
+    [
+        ({"z": codec.CandidateTiming("z", error="x")}, "not one of the candidates"),
+        ({"a": codec.CandidateTiming("b", error="x")}, "needs its CandidateTiming"),
+        ({"a": codec.CandidateTiming("a")}, "needs an error"),
+        ({"a": "slow"}, "needs its CandidateTiming"),
+    ],
+)
+def test_refused_candidates_must_say_why(refused: dict[str, Any], message: str) -> None:
+    with pytest.raises(BadArgumentError, match=message):
+        bench({"a": _noop, "b": _noop}, refused=refused)
+    with pytest.raises(BadArgumentError, match="refused must map"):
+        bench({"a": _noop}, refused=["a"])  # type: ignore[arg-type]
+    with pytest.raises(BadArgumentError, match="cpu_wait"):
+        bench({"a": _noop}, cpu_wait=3)  # type: ignore[arg-type]
+
+
+def test_a_refused_candidate_is_recorded_as_given_and_never_called() -> None:
+    clock = Clock()
+    wrong = codec.CandidateTiming("b", error="wrong output: largest difference 1")
+    result = run(clock, {"a": clock.op("a", [100]), "b": clock.op("b", [1])}, refused={"b": wrong})
+    assert clock.calls() == ["a"] * 4  # the probe and three samples: b never ran
+    assert result.record.candidate("b") == wrong
+    assert result.errors == {"b": "wrong output: largest difference 1"}
+    assert result.best == "a" and result.stopped == "single" and result.complete is True
+
+
+def test_the_probes_check_every_output_against_the_reference() -> None:
+    clock = Clock()
+    outputs = {"a": 1.0, "ref": 1.0, "off": 2.0}
+
+    def op(name: str, time: int) -> Callable[[], float]:
+        call = clock.op(name, [time])
+
+        def run() -> float:
+            call()
+            return outputs[name]
+
+        return run
+
+    def compare(expected: float, actual: float) -> str | None:
+        return None if expected == actual else f"{actual} is not {expected}"
+
+    result = run(
+        clock,
+        {"a": op("a", 100), "ref": op("ref", 120), "off": op("off", 10)},
+        reference="ref",
+        compare=compare,
+    )
+    # The reference is probed first; off, the fastest, differs: refused after its probe.
+    assert clock.calls()[:3] == ["ref", "a", "off"]
+    assert "off" not in clock.calls()[3:]
+    assert result.errors == {"off": "wrong output: 2.0 is not 1.0"}
+    assert refusal(result.errors["off"]) == WRONG and samples(result, "off") == ()
+    assert result.best == "a" and result.record.settings["checked"] is True
+    # A reference that raises leaves nothing to compare with: the record says so.
+    clock = Clock()
+    unchecked = run(
+        clock,
+        {"ref": clock.op("ref", [1], fail_at=1), "a": clock.op("a", [100])},
+        reference="ref",
+        compare=compare,
+    )
+    assert unchecked.record.settings["checked"] is False and unchecked.best == "a"
+    for bad in ({"reference": "ref"}, {"compare": compare}, {"reference": "z", "compare": compare}):
+        with pytest.raises(BadArgumentError, match="compare needs a reference"):
+            bench({"ref": _noop}, **bad)  # type: ignore[arg-type]

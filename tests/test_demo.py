@@ -54,7 +54,9 @@ def test_a_second_demo_tunes_nothing_and_only_measures(cache: Cache) -> None:
     first = demo.demo([tm.ENCODER], cache=cache, pairs=8)
     entries = cache.count()
 
-    second = demo.demo([tm.ENCODER], cache=cache, pairs=8)
+    # rebench=0: on a loaded machine the tiny bias op's bench may well be unstable, and a
+    # second session would bench it again (tunecache.tune.doubt); here nothing may be doubted.
+    second = demo.demo([tm.ENCODER], cache=cache, pairs=8, tune_options={"rebench": 0})
 
     (report,) = second.reports
     assert first.rows[0].accepted >= 1 and second.rows[0].accepted == 0

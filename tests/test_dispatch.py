@@ -174,6 +174,43 @@ def test_bad_declarations_are_refused() -> None:
         op(3)
 
 
+def _op(**declared: object) -> Tunable[..., object]:
+    return Tunable(
+        "dcmp",
+        dims=("n",),
+        shape=lambda x: (len(x),),
+        candidates={"a": list, "b": list},
+        heuristic="a",
+        register=False,
+        **declared,  # type: ignore[arg-type]
+    )
+
+
+def test_an_op_compares_a_candidates_output_with_the_heuristics() -> None:
+    x = np.linspace(0.0, 1.0, 5)
+    assert matmul.compare(x, x + 1e-12) is None
+    assert matmul.compare(x, x + 0.1) is not None
+    # A declared tolerance: relative to the reference's largest magnitude.
+    assert _op(tolerance=0.2).compare(x, x + 0.1) is None
+    assert _op(tolerance=0.0).compare(x, x + 1e-12) is not None
+    # A check hook replaces the comparison: True or None agree, False or a text differ.
+    assert _op(check=lambda e, a: True).compare(x, x + 5) is None
+    assert _op(check=lambda e, a: None).compare(x, x + 5) is None
+    assert _op(check=lambda e, a: False).compare(x, x) == "the op's check says it differs"
+    assert _op(check=lambda e, a: "rows\nswapped").compare(x, x) == "rows swapped"
+    with pytest.raises(BadArgumentError, match="check returned int"):
+        _op(check=lambda e, a: 3).compare(x, x)
+    with pytest.raises(ZeroDivisionError):  # the op's own bug, not the candidate's
+        _op(check=lambda e, a: 1 / 0).compare(x, x)
+    for bad in ({"tolerance": -1.0}, {"tolerance": True}, {"tolerance": float("inf")}):
+        with pytest.raises(BadArgumentError, match="tolerance"):
+            _op(**bad)
+    with pytest.raises(BadArgumentError, match="check is a function"):
+        _op(check="yes")
+    declared = tunable("dcmp2", dims=("n",), shape=lambda x: (len(x),), tolerance=0.5)(list)
+    assert declared.compare(x, x * 1.2) is None
+
+
 def test_profiling_records_calls_and_time_per_key_only_while_on() -> None:
     small, large = arrays(4, 4, 4), arrays(256, 256, 256)
     matmul(*small)  # before: not recorded

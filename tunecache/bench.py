@@ -4,7 +4,7 @@ Fixed-sample benching (Triton's `do_bench`: 25 ms of warm-up and 100 ms of repet
 candidate) spends most of its time confirming what a few samples already showed. `bench` instead:
 
 1. probes every candidate first: one timed call each, in declaration order, before any is
-   calibrated, so a slow candidate cannot spend the budget before the others were seen at all.
+   calibrated, so no candidate's calibration can spend the budget before the others were seen.
    The probe is also the first of the `warmup` calls. A first call is typically cold (caches,
    lazy initialisation, first-touch pages), so a probe time is pessimistic;
 2. finishes each candidate's warm-up (`warmup` - 1 untimed calls) and calibrates its inner loop,
@@ -24,37 +24,57 @@ candidate) spends most of its time confirming what a few samples already showed.
      nor forever block a decision.
    - ``"bound"``: a candidate's median over at least 2 samples reached `lower_bound` /
      `bound_threshold`: nothing can be much faster, so further measurement cannot pay off.
-   - ``"budget"``: the clock budget for this key is spent; the decision rests on what was
-     measured. A candidate cut off before its first sample keeps one fallback sample: its last
-     calibration batch, or its (cold, pessimistic) probe if calibration never started. A
-     candidate cut off before its probe has no samples and no error, and takes no part.
+   - ``"budget"``: the clock budget for this key is spent, or the next step does not fit in
+     what is left of it; the decision rests on what was measured. A candidate stopped before
+     its first sample keeps one fallback sample: its last calibration batch, or its (cold,
+     pessimistic) probe if calibration never started. A candidate stopped before its probe has
+     no samples and no error, and takes no part.
    - ``"max_samples"``: every remaining candidate has `max_samples` samples.
    - ``"single"``: only one candidate could be measured (one was given or the others raised);
      it still gets `min_samples` samples, because the record is evidence.
    - ``"failed"``: every candidate raised, so there is no best.
 
-The budget is checked before every step: a probe, an untimed warm-up call, a calibration batch,
-a sample. A step under way is never interrupted (clock reads inside a timed region would distort
-it), so the budget can be overrun, by exactly this much at most:
+**The budget bounds the key.** A step is one call or one batch of calls: a probe, an untimed
+warm-up call, a calibration batch, a sample. A step under way is never interrupted (clock reads
+inside a timed region would distort it), so the budget is read before every step:
 
-- in the probe pass a probe still starts while elapsed < budget + the longest probe so far, so
-  one candidate whose first call alone outlasts the budget cannot hide those declared after it;
-  the probe pass therefore ends before budget + the longest probe + the last probe, which is at
-  most budget + 2 x the slowest single call of any candidate;
-- after the probe pass, a step starts only while elapsed < budget, so the overrun is at most one
-  step: one warm-up call of one candidate, or one batch of its `inner_loops` calls (which
-  calibration sizes to about `sample_time`, under 2 x `sample_time` while timings are steady).
+- a probe (a first call, whose time nothing predicts) starts only while elapsed < budget;
+- any later step starts only if its expected time (the candidate's last measured time per call,
+  times the calls in the step) fits in what is left: the first step that does not fit ends the
+  bench, and no candidate is called again;
+- a candidate one call of which took longer than what was left of the budget when it began is
+  recorded as too slow (`tunecache.evidence.TOO_SLOW`: its error says how long the call took
+  and how much was left), keeps that call as its one sample, ends the bench, and takes no part
+  in the ranking (a budget that cannot hold one of its calls cannot measure it).
 
-That is: elapsed < budget + max(longest probe + last probe, longest later step), plus the
+So the overrun is at most one call: a first call that outlasted what was left, or a call that
+ran slower than the candidate's calls before it; for a fast candidate sampled in batches, one
+batch (calibrated to about `sample_time`). That is, elapsed < budget + that one step, plus the
 bench's own bookkeeping between clock reads. `BenchResult.complete` (and the record's
-``settings["complete"]``) says whether the budget cut the evidence short.
+``settings["complete"]``) says whether the budget cut the evidence short: a candidate recorded
+too slow leaves it incomplete unless its one call is beyond `drop_ratio` of the best anyway.
 
 Between rounds, once every candidate has `min_samples` samples, a candidate whose median is more
 than `drop_ratio` times the leader's is dropped (pruned), as cubecl's autotuner does.
 
+**Outputs before speed.** With `compare` (and `reference`, the candidate whose output is the
+standard: the heuristic), the reference is probed first and its output kept; every other
+candidate's probe output is compared with it, and one that differs (`compare` returns the
+difference in words) is refused as wrong (`tunecache.evidence.WRONG`): recorded with that
+error and no sample, never calibrated, sampled or ranked. The probes double as the check, so it
+costs no call of its own. ``settings["checked"]`` says whether outputs were compared: the
+reference's output was had (not when it raised or was refused), so every candidate probed after
+it was checked, and one never probed has no sample to rank.
+
+`refused` names candidates the caller will not have called (a call a previous bench found too
+slow for this budget): each is recorded with the timing given, and never called.
+The record's ``settings["waited"]`` is the fraction of the bench's wall time this process's
+threads spent waiting for a CPU (`tunecache.evidence.cpu_wait`; None where the system does not
+say): a bench beside other busy work measures its neighbours as much as its candidates.
+
 Everything is timed through the injected `clock`, so tests drive `bench` with a fake clock and
 scripted timings, and a GPU caller passes a `sync` that waits for queued work before every clock
-read that opens or closes a timed region.
+read that opens or closes a timed region. `tunecache.sampling` carries out the steps.
 """
 
 from __future__ import annotations
@@ -64,15 +84,15 @@ import inspect
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
-from tunecache import codec
+from tunecache import codec, evidence
 from tunecache.checks import is_finite, is_int
 from tunecache.errors import BadArgumentError
-from tunecache.evidence import environment, error_text
+from tunecache.sampling import Sampler, Stopped, is_complete
 
 __all__ = [
     "INDIFFERENCE",
@@ -92,17 +112,6 @@ SAMPLE_TIME = 2e-3
 #: samples: picking the leader costs at most this much
 INDIFFERENCE = 0.05
 
-#: why `bench` stopped sampling
-Stopped = Literal["converged", "bound", "budget", "max_samples", "single", "failed"]
-# Stopping rules that decide on purpose: whatever they leave unmeasured was not needed.
-_DECIDED: frozenset[str] = frozenset({"converged", "bound", "single", "max_samples"})
-
-# Calibration grows the inner loop at most this much per step, so one noisy, short first batch
-# cannot make the next batch run for a thousand times too long.
-_MAX_GROWTH = 10.0
-# More calls per sample than this means the candidate does (almost) nothing; stop growing.
-_MAX_LOOPS = 2**40
-
 
 @dataclass(frozen=True, slots=True)
 class BenchResult:
@@ -116,7 +125,8 @@ class BenchResult:
     ranking: tuple[str, ...]
     #: seconds per call, for every candidate that has samples
     medians: Mapping[str, float]
-    #: name -> one-line error text, for candidates that raised
+    #: name -> one-line error text, for candidates that raised or were refused (too slow, a
+    #: wrong output: `tunecache.evidence.refusal` tells them apart)
     errors: Mapping[str, str]
     #: candidates dropped early because their median exceeded drop_ratio x the best
     pruned: tuple[str, ...]
@@ -128,16 +138,28 @@ class BenchResult:
     @property
     def complete(self) -> bool:
         """False when the budget cut the evidence short: some candidate that did not raise has
-        fewer than min_samples samples, was not pruned, and no stopping rule had decided.
+        fewer than min_samples samples, was not pruned, and no stopping rule had decided; or a
+        candidate recorded too slow could still be within drop_ratio of the best.
 
         A tuner should treat an incomplete record as a hint, not as a measured ranking: its
         short candidates may rest on one cold probe, or on nothing at all.
         """
-        minimum = self.record.settings.get("min_samples")
-        return _is_complete(
+        settings = self.record.settings
+        minimum, ratio = settings.get("min_samples"), settings.get("drop_ratio")
+        return is_complete(
             self.stopped,
-            ((c.error is not None, c.pruned, len(c.samples)) for c in self.record.candidates),
+            self.record.candidates,
             minimum if isinstance(minimum, int) else 1,
+            float(ratio) if isinstance(ratio, int | float) else None,
+        )
+
+    @property
+    def too_slow(self) -> tuple[str, ...]:
+        """Candidates recorded too slow for the key's budget, in declaration order."""
+        return tuple(
+            name
+            for name, error in self.errors.items()
+            if evidence.refusal(error) == evidence.TOO_SLOW
         )
 
     def survivors(self, keep: int = 3, within: float | None = None) -> tuple[str, ...]:
@@ -181,64 +203,91 @@ def bench(
     warmup: int = 1,
     sync: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    refused: Mapping[str, codec.CandidateTiming] | None = None,
+    cpu_wait: Callable[[], float | None] | None = None,
+    reference: str | None = None,
+    compare: Callable[[Any, Any], str | None] | None = None,
 ) -> BenchResult:
     """Time each zero-argument candidate, interleaved, and pick the fastest by median.
 
     `lower_bound` is a time per call no candidate can beat (a roofline estimate); `budget` caps
-    the clock seconds spent on this key, calibration and warm-up included (None: no cap). A
-    candidate that raises an Exception is recorded with its error and skipped; KeyboardInterrupt
-    and SystemExit propagate. Raises BadArgumentError for bad options or no candidates.
+    the clock seconds spent on this key, calibration and warm-up included (None: no cap), to
+    within one call. A candidate that raises an Exception is recorded with its error and
+    skipped; KeyboardInterrupt and SystemExit propagate. `refused` maps candidates not to call
+    to the timing to record for each (it must carry an error). `compare(reference's output,
+    output)`, with `reference` naming a candidate, refuses as wrong each candidate whose
+    output it finds different (None: the same). `cpu_wait` reads how long this process has
+    waited for a CPU (default `tunecache.evidence.cpu_wait`). Raises BadArgumentError for bad
+    options or no candidates.
     """
     _check_candidates(candidates)
-    check_settings(
-        min_samples=min_samples,
-        max_samples=max_samples,
-        drop_ratio=drop_ratio,
-        lower_bound=lower_bound,
-        bound_threshold=bound_threshold,
-        budget=budget,
-        sample_time=sample_time,
-        warmup=warmup,
-        sync=sync,
-        clock=clock,
-    )
-    run = _Run(candidates, sample_time, warmup, budget, sync, clock)
+    options: dict[str, Any] = {
+        "min_samples": min_samples,
+        "max_samples": max_samples,
+        "drop_ratio": drop_ratio,
+        "lower_bound": lower_bound,
+        "bound_threshold": bound_threshold,
+        "budget": budget,
+        "sample_time": sample_time,
+        "warmup": warmup,
+        "sync": sync,
+        "clock": clock,
+        "refused": refused,
+        "cpu_wait": cpu_wait,
+        "reference": reference,
+        "compare": compare,
+    }
+    check_settings(**options)
+    given = _check_refused(candidates, refused, reference, compare)
+    waiting = evidence.cpu_wait if cpu_wait is None else cpu_wait
+    wall, waited = time.perf_counter(), waiting()
+    checking = None if reference is None or compare is None else (reference, compare)
+    run = Sampler(candidates, given, sample_time, warmup, budget, sync, clock, checking)
     run.probe_all()
     for name in candidates:
-        if run.spent():
+        if run.cut:
             break
-        if name in run.probes:
+        if name in run.probes and name not in run.errors:
             run.calibrate(name)
     stopped, rounds = _sample(
         run, min_samples, max_samples, drop_ratio, lower_bound, bound_threshold
     )
     run.fill_fallbacks()
     elapsed = max(0.0, clock() - run.start)
-    settings: dict[str, codec.Scalar] = {
-        "min_samples": min_samples,
-        "max_samples": max_samples,
-        "drop_ratio": float(drop_ratio),
+    settings = _settings(options, stopped, rounds, elapsed)
+    settings["waited"] = evidence.waited(waited, waiting(), time.perf_counter() - wall)
+    settings["checked"] = run.checked
+    return run.result(stopped, elapsed, settings, min_samples, drop_ratio)
+
+
+def _settings(
+    options: Mapping[str, Any], stopped: Stopped, rounds: int, elapsed: float
+) -> dict[str, codec.Scalar]:
+    """The record's settings: how the bench was asked to measure, and how it went."""
+    lower_bound, budget, clock = options["lower_bound"], options["budget"], options["clock"]
+    return {
+        "min_samples": options["min_samples"],
+        "max_samples": options["max_samples"],
+        "drop_ratio": float(options["drop_ratio"]),
         "lower_bound": None if lower_bound is None else float(lower_bound),
-        "bound_threshold": float(bound_threshold),
+        "bound_threshold": float(options["bound_threshold"]),
         "budget": None if budget is None else float(budget),
-        "sample_time": float(sample_time),
-        "warmup": warmup,
+        "sample_time": float(options["sample_time"]),
+        "warmup": options["warmup"],
         "indifference": INDIFFERENCE,
-        "sync": sync is not None,
+        "sync": options["sync"] is not None,
         "clock": getattr(clock, "__qualname__", type(clock).__qualname__),
         "stopped": stopped,
         "rounds": rounds,
         "elapsed": elapsed,
-        "complete": run.complete(stopped, min_samples),
     }
-    return run.result(stopped, elapsed, settings)
 
 
 # --- the sampling loop -----------------------------------------------------------------------
 
 
 def _sample(
-    run: _Run,
+    run: Sampler,
     min_samples: int,
     max_samples: int,
     drop_ratio: float,
@@ -247,7 +296,7 @@ def _sample(
 ) -> tuple[Stopped, int]:
     """Take rounds of samples until a stopping rule fires; return why and how many rounds ran."""
     if not run.active:
-        return ("budget" if run.spent() else "failed"), 0
+        return ("budget" if run.cut else "failed"), 0
     # Decided before sampling: a rival that falls away later (pruned, raised) leaves a leader
     # that was compared, which is convergence, not a lone candidate.
     single = len(run.active) == 1
@@ -256,9 +305,9 @@ def _sample(
     while rounds < max_samples:
         took = False
         for name in list(run.active):
-            if run.spent():
-                return "budget", rounds + int(took)
             took = run.sample(name) or took
+            if run.cut:
+                return "budget", rounds + int(took)
             # Only a candidate still active may stop the bench: one that just raised is out.
             if limit is not None and name in run.active and run.reached(name, limit):
                 return "bound", rounds + 1
@@ -270,244 +319,9 @@ def _sample(
         run.prune(drop_ratio)
         if single:
             return "single", rounds
-        if run.settled():
+        if run.settled(INDIFFERENCE):
             return "converged", rounds
     return "max_samples", rounds
-
-
-class _Run:
-    """The state of one `bench` call: what was calibrated, sampled, pruned, and what raised."""
-
-    def __init__(
-        self,
-        candidates: Mapping[str, Callable[[], object]],
-        sample_time: float,
-        warmup: int,
-        budget: float | None,
-        sync: Callable[[], object] | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self.fns = dict(candidates)
-        self.order = list(candidates)
-        self.sample_time = sample_time
-        self.warmup = warmup
-        self.budget = budget
-        self.sync = sync
-        self.clock = clock
-        self.loops: dict[str, int] = {}
-        self.samples: dict[str, list[float]] = {name: [] for name in candidates}
-        #: seconds of each candidate's first, timed call (cold: a pessimistic fallback)
-        self.probes: dict[str, float] = {}
-        #: seconds per call of each calibrated candidate's last calibration batch
-        self.spare: dict[str, float] = {}
-        self.errors: dict[str, str] = {}
-        self.pruned: list[str] = []
-        #: calibrated candidates still being sampled, in declaration order
-        self.active: list[str] = []
-        self.start = clock()
-
-    def spent(self) -> bool:
-        """True once the budget is used up."""
-        return self.budget is not None and self.clock() - self.start >= self.budget
-
-    def timed(self, fn: Callable[[], object], loops: int) -> float:
-        """Seconds that `loops` calls of fn take, with queued device work drained at both ends."""
-        sync, clock = self.sync, self.clock
-        if sync is not None:
-            sync()
-        t0 = clock()
-        for _ in range(loops):
-            fn()
-        if sync is not None:
-            sync()
-        return max(0.0, clock() - t0)
-
-    def probe_all(self) -> None:
-        """Time one call of every candidate, in declaration order, before calibrating any.
-
-        A probe still starts while elapsed < budget + the longest probe so far: a candidate
-        whose single call outlasts the whole budget must not hide the ones declared after it,
-        and this keeps the pass's overrun to that probe plus one more.
-        """
-        grace = 0.0
-        for name in self.order:
-            if self.budget is not None and self.clock() - self.start >= self.budget + grace:
-                break
-            grace = max(grace, self.probe(name))
-
-    def probe(self, name: str) -> float:
-        """Time a candidate's first call; return the seconds it took, even if it raised."""
-        sync, clock = self.sync, self.clock
-        if sync is not None:
-            sync()
-        t0 = clock()
-        try:
-            self.fns[name]()
-            if sync is not None:
-                sync()
-        except Exception as e:
-            self.errors[name] = error_text(e)
-            return max(0.0, clock() - t0)
-        took = max(0.0, clock() - t0)
-        self.probes[name] = took
-        return took
-
-    def calibrate(self, name: str) -> None:
-        """Finish a probed candidate's warm-up, then find how many calls make one sample last
-        sample_time, starting from the probe's time. A candidate the budget cuts off before its
-        first calibration batch stays out of sampling and falls back on its probe."""
-        fn = self.fns[name]
-        took, loops, batches = self.probes[name], 1, 0
-        try:
-            for _ in range(self.warmup - 1):  # the probe was the first warm-up call
-                if self.spent():
-                    return
-                fn()
-            while took < self.sample_time and loops < _MAX_LOOPS:
-                if self.spent():
-                    if batches == 0:
-                        return
-                    break
-                loops = _next_loops(loops, took, self.sample_time)
-                took = self.timed(fn, loops)
-                batches += 1
-        except Exception as e:
-            self.errors[name] = error_text(e)
-            return
-        self.loops[name] = loops
-        # The last batch (or the probe, if it already lasted sample_time) is a real measurement
-        # at the final loop count: kept only as the fallback sample for a candidate the budget
-        # cuts off before its first round.
-        self.spare[name] = took / loops
-        self.active.append(name)
-
-    def sample(self, name: str) -> bool:
-        """Take one sample of a candidate; on an exception record it and drop the candidate."""
-        loops = self.loops[name]
-        try:
-            took = self.timed(self.fns[name], loops)
-        except Exception as e:
-            self.errors[name] = error_text(e)
-            self.active.remove(name)
-            return False
-        self.samples[name].append(took / loops)
-        return True
-
-    def median(self, name: str) -> float:
-        """A sampled candidate's median seconds per call."""
-        return float(statistics.median(self.samples[name]))
-
-    def reached(self, name: str, limit: float) -> bool:
-        """True if the candidate's median over at least 2 samples is within the bound's limit."""
-        return len(self.samples[name]) >= 2 and self.median(name) <= limit
-
-    def leader(self) -> str:
-        """The active candidate with the lowest median (the earlier one on a tie)."""
-        return min(self.active, key=self.median)
-
-    def prune(self, drop_ratio: float) -> None:
-        """Drop active candidates whose median exceeds drop_ratio x the leader's."""
-        cut = self.median(self.leader()) * drop_ratio
-        for name in list(self.active):
-            if self.median(name) > cut:
-                self.active.remove(name)
-                self.pruned.append(name)
-
-    def settled(self) -> bool:
-        """True if the leader's high quantile is within INDIFFERENCE of every rival's low one."""
-        leader = self.leader()
-        high = _quantiles(self.samples[leader])[1]
-        return all(
-            high <= _quantiles(self.samples[name])[0] * (1.0 + INDIFFERENCE)
-            for name in self.active
-            if name != leader
-        )
-
-    def fill_fallbacks(self) -> None:
-        """Give a candidate the budget cut off before any sample one fallback sample: its last
-        calibration batch if it was calibrated, else its probe; the best is then decided on
-        every candidate that was at least probed."""
-        for name in self.order:
-            if self.samples[name] or name in self.errors:
-                continue
-            if name in self.spare:
-                self.samples[name].append(self.spare[name])
-            elif name in self.probes:
-                self.samples[name].append(self.probes[name])
-
-    def complete(self, stopped: Stopped, min_samples: int) -> bool:
-        """Whether the evidence is complete (see BenchResult.complete)."""
-        return _is_complete(
-            stopped,
-            (
-                (name in self.errors, name in self.pruned, len(self.samples[name]))
-                for name in self.order
-            ),
-            min_samples,
-        )
-
-    def result(
-        self, stopped: Stopped, elapsed: float, settings: dict[str, codec.Scalar]
-    ) -> BenchResult:
-        """Freeze what was measured into a record and the decision read from it."""
-        pruned = set(self.pruned)
-        timings = tuple(
-            codec.CandidateTiming(
-                name=name,
-                samples=tuple(self.samples[name]),
-                inner_loops=self.loops.get(name, 1),
-                error=self.errors.get(name),
-                pruned=name in pruned,
-            )
-            for name in self.order
-        )
-        record = codec.TimingRecord(candidates=timings, settings=settings, env=environment())
-        medians = {c.name: float(statistics.median(c.samples)) for c in timings if c.samples}
-        index = {name: i for i, name in enumerate(self.order)}
-        ranking = tuple(
-            sorted(
-                (c.name for c in timings if c.samples and c.error is None),
-                key=lambda n: (medians[n], index[n]),
-            )
-        )
-        best = next((n for n in ranking if n not in pruned), None)
-        return BenchResult(
-            record=record,
-            best=best,
-            ranking=ranking,
-            medians=MappingProxyType(medians),
-            errors=MappingProxyType(dict(self.errors)),
-            pruned=tuple(n for n in self.order if n in pruned),
-            stopped=stopped,
-            elapsed=elapsed,
-        )
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def _next_loops(loops: int, took: float, sample_time: float) -> int:
-    """The next calibration batch's loop count, after `loops` calls took `took` seconds."""
-    # Aim a little past the target so the next batch usually ends calibration.
-    grow = 1.2 * sample_time / took if took > 0 else _MAX_GROWTH
-    return min(_MAX_LOOPS, math.ceil(loops * min(_MAX_GROWTH, max(2.0, grow))))
-
-
-def _is_complete(
-    stopped: str, candidates: Iterable[tuple[bool, bool, int]], min_samples: int
-) -> bool:
-    """True if a stopping rule decided, or every candidate that did not raise has min_samples
-    samples or was pruned; `candidates` gives (raised, pruned, samples) for each."""
-    if stopped in _DECIDED:
-        return True
-    return all(raised or pruned or n >= min_samples for raised, pruned, n in candidates)
-
-
-def _quantiles(samples: list[float]) -> tuple[float, float]:
-    """A low and a high quantile: min and max up to 4 samples, then one more trimmed per 4."""
-    ordered = sorted(samples)
-    trim = (len(ordered) - 1) // 4
-    return ordered[trim], ordered[-1 - trim]
 
 
 @functools.cache
@@ -515,6 +329,29 @@ def settings_defaults() -> MappingProxyType[str, Any]:
     """Every keyword option of `bench` with its default, read from its signature."""
     parameters = inspect.signature(bench).parameters.values()
     return MappingProxyType({p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY})
+
+
+def _check_refused(
+    candidates: Mapping[str, object],
+    refused: Mapping[str, codec.CandidateTiming] | None,
+    reference: str | None,
+    compare: object,
+) -> dict[str, codec.CandidateTiming]:
+    """The refused candidates as a dict; refuse entries that name no candidate or record no
+    reason, and a `compare` without a `reference` among the candidates (or the other way)."""
+    if (reference is None) != (compare is None) or (
+        reference is not None and reference not in candidates
+    ):
+        raise BadArgumentError("compare needs a reference, one of the candidates, and back")
+    given = dict(refused or {})
+    for name, timing in given.items():
+        if name not in candidates:
+            raise BadArgumentError(f"refused candidate {name!r} is not one of the candidates")
+        if not isinstance(timing, codec.CandidateTiming) or timing.name != name:
+            raise BadArgumentError(f"refused candidate {name!r} needs its CandidateTiming")
+        if timing.error is None:
+            raise BadArgumentError(f"refused candidate {name!r} needs an error saying why")
+    return given
 
 
 def _check_candidates(candidates: object) -> None:
@@ -546,6 +383,8 @@ def check_settings(**settings: Any) -> None:
     bound_threshold, budget = values["bound_threshold"], values["budget"]
     sample_time, warmup = values["sample_time"], values["warmup"]
     sync, clock = values["sync"], values["clock"]
+    refused, cpu_wait = values["refused"], values["cpu_wait"]
+    compare = values["compare"]
     # The annotations say what is meant; callers without a type checker pass anything, so
     # every check is made at run time too.
     if not is_int(min_samples) or min_samples < 1:
@@ -570,3 +409,9 @@ def check_settings(**settings: Any) -> None:
         raise BadArgumentError("sync must be a callable or None")
     if not callable(clock):
         raise BadArgumentError("clock must be a callable returning seconds")
+    if refused is not None and not isinstance(refused, Mapping):
+        raise BadArgumentError("refused must map candidate names to CandidateTimings, or None")
+    if cpu_wait is not None and not callable(cpu_wait):
+        raise BadArgumentError("cpu_wait must be a callable returning seconds, or None")
+    if compare is not None and not callable(compare):
+        raise BadArgumentError("compare must be a callable of two outputs, or None")

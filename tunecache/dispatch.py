@@ -60,6 +60,8 @@ class Tunable(Generic[P, R]):
         facts: Callable[P, tuple[str, ...]] | None = None,
         bound: Callable[..., float] | None = None,
         register: bool = True,
+        tolerance: float | None = None,
+        check: Callable[[Any, Any], bool | str | None] | None = None,
     ) -> None:
         """Declare a tunable op.
 
@@ -69,6 +71,12 @@ class Tunable(Generic[P, R]):
         function of the dim values that returns one. `bound`, a function of the dim values,
         gives a time in seconds no candidate can beat (a roofline estimate: work over peak
         rate); the tuner's bench stops once a candidate comes close to it.
+
+        Before timing, the tuner compares each candidate's output with the heuristic's
+        (`compare`): `tolerance` is the relative tolerance for floating outputs (None: the
+        dtype's default, `tunecache.outputs`; 0: exact), and `check`, if given, replaces the
+        comparison: `check(heuristic's output, candidate's output)` returns True (or None) when
+        they agree, and False or a string saying how they differ when not.
         """
         # make_key checks the signature and the dim names once, here, not on every call.
         try:
@@ -84,6 +92,18 @@ class Tunable(Generic[P, R]):
         if bound is not None and not callable(bound):
             raise BadArgumentError(f"tunable {signature!r}: bound is a function of the dims")
         self._bound = bound
+        if tolerance is not None and (
+            isinstance(tolerance, bool)
+            or not isinstance(tolerance, int | float)
+            or not 0 <= tolerance < float("inf")
+        ):
+            raise BadArgumentError(
+                f"tunable {signature!r}: tolerance is a number >= 0 or None, got {tolerance!r}"
+            )
+        if check is not None and not callable(check):
+            raise BadArgumentError(f"tunable {signature!r}: check is a function or None")
+        self._tolerance = tolerance
+        self._check = check
         self._heuristic = heuristic
         self._candidates: dict[str, Callable[P, R]] = {}
         self._token = object()
@@ -201,6 +221,25 @@ class Tunable(Generic[P, R]):
             raise BadArgumentError(f"{self.signature}: bound gave {value!r}, not seconds > 0")
         return float(value)
 
+    def compare(self, expected: Any, actual: Any) -> str | None:
+        """How a candidate's output `actual` differs from the heuristic's `expected`, in one
+        line, or None when they agree: by the op's `check`, or else by `tunecache.outputs`
+        within its `tolerance`. An exception `check` raises propagates."""
+        if self._check is None:
+            from tunecache.outputs import difference
+
+            return difference(expected, actual, self._tolerance)
+        verdict = self._check(expected, actual)
+        if verdict is None or verdict is True:
+            return None
+        if verdict is False:
+            return "the op's check says it differs"
+        if isinstance(verdict, str):
+            return " ".join(verdict.split())[:300] or "the op's check says it differs"
+        raise BadArgumentError(
+            f"{self.signature}: check returned {type(verdict).__name__}, not a bool or a str"
+        )
+
     def resolve(self, *args: P.args, **kwargs: P.kwargs) -> _resolve.Answer:
         """What the current table answers for a call with these arguments (no call is made)."""
         key = self.key(*args, **kwargs)
@@ -237,9 +276,12 @@ def tunable(
     heuristic: str | Callable[..., str] | None = None,
     facts: Callable[P, tuple[str, ...]] | None = None,
     bound: Callable[..., float] | None = None,
+    tolerance: float | None = None,
+    check: Callable[[Any, Any], bool | str | None] | None = None,
 ) -> Callable[[Callable[P, R]], Tunable[P, R]]:
     """Decorator: the decorated function becomes a candidate named after it, and the heuristic's
-    pick unless `heuristic` says otherwise; `candidates` adds the others.
+    pick unless `heuristic` says otherwise; `candidates` adds the others. `tolerance` and
+    `check` say how a candidate's output is compared with the heuristic's (`Tunable`).
 
     The op takes the function's `__name__`, `__qualname__`, `__module__` and `__doc__`, so
     `help(op)` shows the user's own text, and `__wrapped__`, so `inspect.signature(op)` shows the
@@ -256,6 +298,8 @@ def tunable(
             heuristic=name if heuristic is None else heuristic,
             facts=facts,
             bound=bound,
+            tolerance=tolerance,
+            check=check,
         )
         # updated=(): the function's own attributes are not copied into the op, where one named
         # like an attribute of the op (`dims`, `signature`) would replace it.

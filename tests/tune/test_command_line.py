@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import tunecache
 from tests import tune_models as tm
 from tests.tune.support import NORM
 from tunecache import cli
@@ -159,3 +160,91 @@ def test_sigint_to_a_tuning_process_keeps_what_was_accepted(tmp_path: Path) -> N
             "select choice, status from decisions"
         ).fetchall()
         assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
+
+
+# A user's models file: the heuristic of its one op calls a helper of the user's that raises
+# (RAISES: always; AFTER_ACCEPT: only in a run with no table at all, which only the final guard
+# makes, after the vectorized norm was accepted and committed).
+USER_MODELS = """
+import numpy as np
+import tunecache
+from tunecache.tune import Model
+
+X = np.random.default_rng(3).standard_normal((400, 48))
+
+
+def check_rows(x, when):
+    if when():
+        raise ValueError(f"rows of {x.shape[1]} columns are not supported")  # LINE
+
+
+@tunecache.tunable("ttuserrows_F64", dims=("m", "n"), shape=lambda x, when: x.shape)
+def loop(x, when):
+    check_rows(x, when)
+    return np.array([float(np.sqrt(np.dot(row, row))) for row in x])
+
+
+@loop.candidate("vectorized")
+def _(x, when):
+    return np.sqrt(np.einsum("ij,ij->i", x, x))
+
+
+RAISES = Model("raises", lambda: loop(X, lambda: True))
+AFTER_ACCEPT = Model("after", lambda: loop(X, lambda: tunecache.current().path is None))
+"""
+
+
+@pytest.mark.parametrize("model", ["RAISES", "AFTER_ACCEPT"])
+def test_an_exception_from_the_users_model_is_reported_as_theirs(
+    tmp_path: Path, model: str
+) -> None:
+    from tunecache.cli.exits import EXIT_INTERNAL, EXIT_USER_CODE
+
+    models = tmp_path / "user_models.py"
+    models.write_text(USER_MODELS)
+    line = USER_MODELS.splitlines().index(
+        next(text for text in USER_MODELS.splitlines() if text.endswith("# LINE"))
+    )
+    db = tmp_path / "user.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "tunecache", "tune", f"{models}:{model}", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == EXIT_USER_CODE != EXIT_INTERNAL, done.stderr
+    errors = [text for text in done.stderr.splitlines() if "warning" not in text]
+    # One line: the error's type and message, and the innermost frame in the user's file.
+    name = "raises" if model == "RAISES" else "after"
+    assert errors == [
+        f"tunecache: error: model {name!r} raised ValueError: rows of 48 columns are not "
+        f"supported (at {models}:{line + 1} in check_rows); the error is in your code"
+    ]
+    with sqlite3.connect(db) as conn:
+        # The session's row says it failed; whatever it decided before is there whole.
+        assert conn.execute("select status from runs").fetchall() == [("failed",)]
+        decisions = conn.execute("select choice, status from decisions").fetchall()
+        assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
+    if model == "RAISES":
+        assert decisions == []
+    else:
+        assert decisions == [("vectorized", "accepted")]
+        verdicts = sqlite3.connect(db).execute("select verdict from validations").fetchall()
+        assert verdicts == [("validated",)]
+
+
+def test_an_internal_error_is_still_ours(tmp_path: Path) -> None:
+    from tunecache.cli.usercode import user_frame
+
+    def inner() -> None:
+        raise ValueError("a bug")
+
+    try:
+        inner()
+    except ValueError as error:
+        frame = user_frame(error)
+    # This test file is the user's code here: the frame is its own.
+    assert frame is not None and frame.function == "inner" and frame.path == __file__
+    with pytest.raises(tunecache.TunecacheError) as raised:
+        tunecache.parse("Not A Key")
+    assert user_frame(raised.value) is None  # raised inside tunecache: never the user's

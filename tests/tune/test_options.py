@@ -26,6 +26,10 @@ from tunecache.errors import BadArgumentError
         ({"confirmations": 1, "pairs": 3, "alpha": 0.1}, "at least 4 pairs"),
         ({"key_budget": 0}, "key_budget"),
         ({"bench_options": {"bogus": 1}}, "unknown bench options"),
+        # The output check and what the bench refuses are the tuner's own.
+        ({"bench_options": {"compare": len}}, "unknown bench options"),
+        ({"bench_options": {"refused": {}}}, "unknown bench options"),
+        ({"rebench": -1}, "rebench"),
         ({"share": True}, "share"),
     ],
 )

@@ -46,7 +46,7 @@ def test_a_tune_report_counts_actions_and_keeps_its_field_order_in_json() -> Non
     plain = report.as_dict()
     assert list(plain["keys"][0]) == [
         "key", "action", "share", "scenario", "heuristic", "choice", "entry_id", "tried",
-        "verdict", "bench_best", "bench_stopped", "note",
+        "verdict", "bench_best", "bench_stopped", "note", "wrong", "too_slow", "doubt",
     ]  # fmt: skip
     assert plain["keys"][0]["tried"] == ["vectorized"] and plain["keys"][0]["verdict"] is None
     assert set(tune.ACTIONS) >= {k["action"] for k in plain["keys"]}

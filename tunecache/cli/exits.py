@@ -7,10 +7,19 @@ docs/cli.md lists them all.
 
 from __future__ import annotations
 
-__all__ = ["EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_PROBLEMS", "EXIT_USAGE", "UsageError"]
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_PROBLEMS",
+    "EXIT_USAGE",
+    "EXIT_USER_CODE",
+    "UsageError",
+]
 
 #: doctor found problems it did not repair (and explain found no answer)
 EXIT_PROBLEMS = 1
+#: the user's own code raised: a model or a candidate being tuned (tunecache.cli.usercode)
+EXIT_USER_CODE = 9
 #: bad usage: an unknown option, a bad value, nothing to prune
 EXIT_USAGE = 64
 #: an internal error: a bug

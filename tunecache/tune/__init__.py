@@ -15,9 +15,12 @@ One tuning session, for each scenario of the model (each set of sizes of its sym
    model has not judged, is run with and without (paired, `accept.accept`); the model records
    `validated` or `masked` for itself. Its mask stops the entry applying to it only.
 4. **Bench** each remaining heavy key's candidates in isolation on the captured arguments
-   (`bench.bench`); this only prunes them to a few. An entry already stored for the key and
-   candidate list lends its timing record instead, so a key is not benched again (unless the
-   budget cut that bench short, or `retune`). Another model's decision is never rewritten.
+   (`bench.bench`), each one's output compared with the heuristic's on its first call (a wrong
+   one is never timed further, chosen or served); this only prunes them to a few. An entry
+   already stored for the key and candidate list lends its timing record instead, so a key is
+   not benched again, unless the record is doubtful (`doubt`: a budget cut, a contended or
+   unstable bench, a contradicted or contended trial; at most `rebench` times) or `retune`.
+   Another model's decision is never rewritten.
 5. **Accept** through whole-model runs: the scenario with the current table (A) against the
    table plus the candidate entry (B), in pairs of random order; the first survivor B wins with
    is written as accepted, with this model's `validated` verdict. If none wins, the best is kept
@@ -36,8 +39,10 @@ short would read as "no", and a "no" is remembered). docs/tuning.md says it at l
 
 The modules, each one job: `model` (what a model is), `options` (every default and check),
 `reports` (what comes back), `runs` (whole-model runs and paired trials), `session` (one
-session's state and writes), `profiling` (steps 1, 2), `benching` (4, 5), `guard` (7),
-`tuner` (`tune`, `validate`: the passes, and step 3) and `heldout` (`evaluate`).
+session's state and writes), `profiling` (steps 1, 2), `checking` (outputs before speed),
+`doubt` (when stored evidence stands), `records` (a key's evidence: stored or benched),
+`benching` (4, 5), `guard` (7), `tuner` (`tune`, `validate`: the passes, and step 3) and
+`heldout` (`evaluate`).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from tunecache.tune.options import (
     KEEP,
     KEY_BUDGET,
     MEASURE_PAIRS,
+    REBENCH,
     SHARE,
     TUNE_OPTIONS,
     check_evaluate_options,
@@ -83,6 +89,7 @@ __all__ = [
     "KEEP",
     "KEY_BUDGET",
     "MEASURE_PAIRS",
+    "REBENCH",
     "PASSES",
     # what they give back
     "TuneReport",

@@ -1,26 +1,28 @@
 """Steps 4 and 5 for one heavy key that no entry of its own serves: bench its candidates in
-isolation (or reuse the timing record already stored for it), then try the survivors through
-whole-model runs and write what wins.
+isolation (or reuse the timing record already stored for it: `records`), then try the survivors
+through whole-model runs and write what wins.
 
 The bench only prunes: an entry is accepted only when the whole model, in paired runs, gets
 faster with it than with what it runs now. Where none wins, the evidence is kept (`rejected`, or
-`unvalidated` where nothing beat what runs now, or where the budget stopped short of an answer)
-so that the next session does not bench the key again, and remembers no "no" it did not earn.
+`unvalidated` where nothing beat what runs now, or where a budget stopped short of an answer)
+so that the next session does not bench the key again, and remembers no "no" it did not earn:
+a rejection whose trial ran on a contended machine, or contradicted the bench, is written with
+its doubt (`tunecache.tune.doubt`), and a later session takes the key up again.
 Another model's decision is never rewritten.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tunecache import bench
+from tunecache.tune import doubt
+from tunecache.tune.checking import outputs_differ
+from tunecache.tune.records import Evidence, bound_calls, gather
 
 if TYPE_CHECKING:
     from tunecache import accept
     from tunecache.cache import Entry
-    from tunecache.codec import TimingRecord
     from tunecache.resolve import Answer
     from tunecache.tune.profiling import Heavy
     from tunecache.tune.session import Session
@@ -28,32 +30,15 @@ if TYPE_CHECKING:
 __all__ = ["Attempt", "Evidence", "tune_key"]
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """A key's timing record and the survivors it ranks, fastest first: fresh from a bench, or
-    lent by the entry already stored for the key."""
-
-    record: TimingRecord
-    ranking: tuple[str, ...]
-    #: the bench's fastest candidate, and why it stopped ("stored" for a lent record)
-    best: str | None
-    stopped: str
-    #: False when the key budget cut the bench short, so a candidate may be unmeasured
-    complete: bool = True
-    fresh: bool = False
-
-    def as_outcome(self) -> dict[str, Any]:
-        """The fields of a key's outcome this evidence fills in."""
-        return {"bench_best": self.best, "bench_stopped": self.stopped}
-
-
 @dataclass
 class Attempt:
-    """The survivors tried so far in whole-model runs: in order, with the first one's verdict
-    and the errors the model raised with them."""
+    """The survivors tried so far in whole-model runs: in order, with the first one's verdict,
+    how contended its trial was, and the errors the model raised with them (and the wrong
+    outputs found before)."""
 
     tried: list[str] = field(default_factory=list)
     first: accept.Verdict | None = None
+    waited: float | None = None
     errors: list[str] = field(default_factory=list)
 
     def note(self, *more: str) -> str:
@@ -73,83 +58,64 @@ def tune_key(session: Session, heavy: Heavy) -> None:
         # legal here): it is theirs, and this session never rewrites it.
         session.outcome(heavy, "known", entry_id=stored.id, note="another model's decision")
         return
-    evidence = _evidence(session, heavy, stored)
+    evidence = gather(session, heavy, stored, now.choice)
     if evidence is None:
         return
-    tries = [name for name in evidence.ranking if name != now.choice]
-    if not tries:
-        _keep_what_runs(session, heavy, evidence, stored)
-        return
     attempt = Attempt()
+    tries = _tries(session, heavy, evidence, now.choice, attempt)
+    if not tries:
+        _keep_what_runs(session, heavy, evidence, stored, now.choice, attempt)
+        return
     if _try_survivors(session, heavy, evidence, tries, now.choice, attempt):
         return
     _conclude(session, heavy, evidence, tries, now, attempt)
 
 
-def _evidence(session: Session, heavy: Heavy, stored: Entry | None) -> Evidence | None:
-    """The key's evidence, or None once its outcome says no candidate can be tried."""
-    keep = session.options.keep
-    record = None
-    if stored is not None and not session.options.retune:
-        record = session.cache.record(stored)
-        if record is not None and record.settings.get("complete") is False:
-            record = None  # a bench the budget cut short: measure again
-    if record is not None:
-        ranking = tuple(bench.survivors(record, keep))
-        if not ranking:
-            session.outcome(heavy, "failed", note="every candidate raised", bench_stopped="stored")
-            return None
-        return Evidence(record, ranking, ranking[0], "stored")
-    result = _bench(session, heavy)
-    ranking = tuple(result.survivors(keep))
-    if not ranking:
-        note = (
-            "every candidate raised"
-            if result.errors
-            else "the key budget ran out before any candidate ran"
-        )
-        session.outcome(heavy, "failed", note=note, bench_stopped=result.stopped)
-        return None
-    return Evidence(
-        result.record, ranking, result.best, result.stopped, complete=result.complete, fresh=True
-    )
+def _tries(
+    session: Session, heavy: Heavy, evidence: Evidence, current: str, attempt: Attempt
+) -> list[str]:
+    """The survivors worth a whole-model trial against `current`, fastest first."""
+    tries = [name for name in evidence.ranking if name != current]
+    record = evidence.record
+    if not evidence.complete:
+        # A bench the budget cut short: only a survivor it measured faster than what runs
+        # now is worth whole-model runs (a lone probe of a slow candidate is not).
+        medians = {c.name: c.median for c in record.candidates}
+        limit = medians.get(current)
+        tries = [n for n in tries if _faster(medians.get(n), limit)]
+    if tries and not record.settings.get("checked"):
+        # A record benched before outputs were checked: check the ones about to be tried.
+        wrong = outputs_differ(heavy.op, bound_calls(heavy), heavy.heuristic, tries)
+        attempt.errors.extend(f"{name}: {text}" for name, text in wrong.items())
+        tries = [name for name in tries if name not in wrong]
+    return tries
 
 
-def _bench(session: Session, heavy: Heavy) -> bench.BenchResult:
-    """Every candidate of the key in isolation, on the call the profile captured."""
-    args, kwargs = heavy.call.args, heavy.call.kwargs
-    functions = {
-        name: _bound(function, args, kwargs) for name, function in heavy.op.functions.items()
-    }
-    options = {"sync": session.model.sync, **session.options.bench_options}
-    lower_bound = heavy.op.lower_bound(heavy.key)
-    if lower_bound is not None:
-        options.setdefault("lower_bound", lower_bound)
-    return bench.bench(functions, budget=session.options.key_budget, **options)
-
-
-def _bound(
-    function: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Callable[[], object]:
-    def call() -> object:
-        return function(*args, **kwargs)
-
-    return call
+def _faster(time: float | None, than: float | None) -> bool:
+    """Whether a measured time per call is below another measured one."""
+    return time is not None and than is not None and time < than
 
 
 def _keep_what_runs(
-    session: Session, heavy: Heavy, evidence: Evidence, stored: Entry | None
+    session: Session,
+    heavy: Heavy,
+    evidence: Evidence,
+    stored: Entry | None,
+    current: str,
+    attempt: Attempt,
 ) -> None:
-    """Nothing beats what runs now. Keep the evidence as an unvalidated entry (served only to
-    tables that ask for everything) so the next session does not bench again."""
+    """Nothing beats what runs now (or nothing measured can be tried). Keep the evidence as an
+    unvalidated entry choosing what runs now (served only to tables that ask for everything),
+    so the next session does not bench again; a bench the budget cut short says so."""
     entry_id = stored.id if stored is not None else None
-    if (
-        stored is None
-        or session.options.retune
-        or (evidence.fresh and stored.status == "unvalidated")
-    ):
-        entry_id = session.put(heavy, evidence.ranking[0], evidence.record, "unvalidated").id
-    session.outcome(heavy, "kept", entry_id=entry_id, **evidence.as_outcome())
+    if stored is None or session.options.retune or evidence.fresh:
+        entry_id = session.put(heavy, current, evidence.record, "unvalidated").id
+    action = "kept" if evidence.complete else "budget cut"
+    note = attempt.note() if evidence.complete else attempt.note(_CUT)
+    session.outcome(heavy, action, entry_id=entry_id, note=note, **evidence.as_outcome())
+
+
+_CUT = "the key's budget ended its bench, so a candidate may be unmeasured"
 
 
 def _try_survivors(
@@ -176,7 +142,7 @@ def _try_survivors(
         if failed is not None:
             attempt.errors.append(f"{name}: a run with it raised {failed.text()}")
         if len(attempt.tried) == 1:
-            attempt.first = verdict
+            attempt.first, attempt.waited = verdict, session.waited
         if verdict is not None and verdict.accepted:
             _accepted(session, heavy, name, current, evidence, verdict, attempt)
             return True
@@ -196,22 +162,30 @@ def _conclude(
     more = {"tried": tuple(attempt.tried), "verdict": attempt.first, **evidence.as_outcome()}
     untried = [name for name in tries if name not in attempt.tried]
     if untried or not evidence.complete:
-        # The budget stopped short of an answer: keep the evidence, remember no "no", so
+        # A budget stopped short of an answer: keep the evidence, remember no "no", so
         # the next session takes the key up again.
         entry = session.put(heavy, attempt.tried[0], evidence.record, "unvalidated")
-        why = (
-            f"the time budget ran out before {untried} were tried"
+        action, cut = (
+            ("skipped", f"the time budget ran out before {untried} were tried")
             if untried
-            else "the bench was cut short, so a candidate may be unmeasured"
+            else ("budget cut", _CUT)
         )
-        session.outcome(heavy, "skipped", entry_id=entry.id, note=attempt.note(why), **more)
+        session.outcome(heavy, action, entry_id=entry.id, note=attempt.note(cut), **more)
         return
     if now.source == "nearest" and _keep_borrowed(session, heavy, now.choice, evidence, attempt):
         return
+    record = evidence.record
+    predicted = doubt.predicted_gain(record, heavy.share, attempt.tried[0], now.choice)
+    why = doubt.trial_doubt(attempt.first, attempt.waited, predicted)
+    if why is not None:
+        # A "no" this session does not trust: written with its doubt, so that a later session
+        # benches the key again and tries its survivors anew (tunecache.tune.doubt).
+        record = doubt.with_settings(record, doubt=why)
     # The entry and this model's mask on it, in one commit.
     judged = ("masked", attempt.first)
-    entry_id = session.put_judged(heavy, attempt.tried[0], evidence.record, "rejected", judged)
-    session.outcome(heavy, "rejected", entry_id=entry_id, note=attempt.note(), **more)
+    entry_id = session.put_judged(heavy, attempt.tried[0], record, "rejected", judged)
+    notes = () if why is None else (f"not final: {why}",)
+    session.outcome(heavy, "rejected", entry_id=entry_id, note=attempt.note(*notes), **more)
 
 
 def _keep_borrowed(

@@ -3,7 +3,8 @@ scenario, end to end, or every entry the model uses is masked for it.
 
 The guard is the promise "never slower than the heuristic", so it runs whatever the budget says.
 A passing guard leaves a note on the session's `runs` row naming a digest of what every key was
-answered; a later session that wrote nothing, over exactly the same answers, skips it.
+answered; a later session over exactly the same answers skips it, whatever it wrote that
+changed none of them (a record benched again in place, a "no" written again).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 from tunecache import dispatch
 from tunecache._digest import sha256
 from tunecache.resolve import Table
+from tunecache.tune import doubt
 from tunecache.tune.runs import RunFailed, run_with, served, served_entries, tagged
 
 if TYPE_CHECKING:
@@ -62,28 +64,36 @@ def final_guard(session: Session) -> None:
             raise failed.error  # the model fails with its heuristic: its own bug
         return
     note = guard_note(session, answers)
-    if failed is None and not session.wrote and session.cache.runs_noted(note):
-        # A finished session's guard passed over exactly this table, and nothing changed.
+    if failed is None and session.cache.runs_noted(note):
+        # A finished session's guard passed over exactly this table: every key answered by
+        # the same entry and choice. What this session wrote changed none of those answers
+        # (a record benched again in place), so running the guard again could only risk a
+        # noisy "no" over a table already judged.
         outcome.skipped = True
         session.cache.note(session.current_run(), note)
         return
+    why = None
     if failed is None:
         verdict, failed = session.trial(Table.empty(), session.table, session.cases)
         outcome.verdict = verdict
         if verdict is not None and verdict.accepted:
             session.cache.note(session.current_run(), note)
             return
+        busy = doubt.contended(session.waited)
+        why = None if busy is None else f"contended: the final guard that masked it {busy}"
     if failed is not None:
         outcome.error = failed.text()
         if failed.side == "A":
             raise failed.error  # the model fails with no table at all: its own bug
-    _mask_everything(session, used)
+    _mask_everything(session, used, why)
     outcome.kept = []
 
 
-def _mask_everything(session: Session, used: list[int]) -> None:
+def _mask_everything(session: Session, used: list[int], why: str | None) -> None:
     """Mask every entry the model uses, then whatever a masked entry's neighbours serve in its
-    place, until the model runs its heuristic everywhere."""
+    place, until the model runs its heuristic everywhere. `why`, if given, is the doubt a
+    contended guard leaves in the records of the entries this session accepted and rejects
+    now, so that a later session tries their keys again (`tunecache.tune.doubt`)."""
     failed = None
     while used:
         for entry_id in used:
@@ -92,6 +102,13 @@ def _mask_everything(session: Session, used: list[int]) -> None:
             others = session.cache.verdicts_on(entry_id)
             others.pop(session.model.name, None)
             vouched = "validated" in others.values()
+            decided = session.decided.get(entry_id)
+            if why is not None and not vouched and decided is not None:
+                heavy, choice, record = decided
+                judged = ("masked", session.guard.verdict)
+                doubted = doubt.with_settings(record, doubt=why)
+                session.put_judged(heavy, choice, doubted, "rejected", judged)
+                continue
             session.record_verdict(
                 entry_id, "masked", session.guard.verdict, status=None if vouched else "rejected"
             )

@@ -17,6 +17,7 @@ from typing import Any
 from tunecache import accept, bench
 from tunecache.checks import is_int, is_real
 from tunecache.errors import BadArgumentError
+from tunecache.tune.doubt import REBENCH
 
 __all__ = [
     "ACCEPT_DEFAULTS",
@@ -24,6 +25,7 @@ __all__ = [
     "KEEP",
     "KEY_BUDGET",
     "MEASURE_PAIRS",
+    "REBENCH",
     "SHARE",
     "TUNE_DEFAULTS",
     "TUNE_OPTIONS",
@@ -53,11 +55,12 @@ ACCEPT_DEFAULTS: dict[str, Any] = {
 }
 
 #: what `bench_options` may set, with the defaults: every option of `bench.bench` but the key's
-#: budget (which is `key_budget`)
+#: budget (which is `key_budget`), and the candidates it refuses and the output check it makes
+#: (the tuner's own: the op's heuristic and `Tunable.compare`)
 BENCH_DEFAULTS: dict[str, Any] = {
     name: parameter.default
     for name, parameter in inspect.signature(bench.bench).parameters.items()
-    if name not in ("candidates", "budget")
+    if name not in ("candidates", "budget", "refused", "reference", "compare")
 }
 
 
@@ -74,6 +77,8 @@ class Options:
     budget: float | None
     retune: bool
     bench_options: Mapping[str, Any] = field(default_factory=dict)
+    #: how many times a key's doubtful evidence may be benched again (`tunecache.tune.doubt`)
+    rebench: int = REBENCH
 
 
 #: `tune`'s options and their defaults, as `session_options` takes them
@@ -87,6 +92,7 @@ TUNE_DEFAULTS: dict[str, Any] = {
     "budget": None,
     "retune": False,
     "bench_options": None,
+    "rebench": REBENCH,
 }
 
 
@@ -107,6 +113,7 @@ def session_options(**given: Any) -> Options:
         budget=values["budget"],
         retune=values["retune"],
         bench_options=dict(values["bench_options"] or {}),
+        rebench=values["rebench"],
     )
     _check(options)
     return options
@@ -167,6 +174,7 @@ def _check(options: Options) -> None:
     if not is_real(share) or not 0 <= share < 1:
         raise BadArgumentError(f"share is a fraction in [0, 1), got {share!r}")
     _count("keep", options.keep, 1)
+    _count("rebench", options.rebench, 0)
     _count("confirmations", options.confirmations, 1)
     _count("pairs", options.pairs, 1)
     _probability("alpha", options.alpha)

@@ -32,8 +32,9 @@ ACTIONS = (
     "validated",  # another model's entry helps this one too
     "masked",  # another model's entry does not help this one; it stops applying here
     "known",  # this model already judged what serves the key in an earlier session
-    "failed",  # every candidate raised on the captured arguments
+    "failed",  # every candidate raised (or was refused) on the captured arguments
     "skipped",  # the session's time budget ran out first
+    "budget cut",  # the key's budget ended its bench before the evidence was complete
 )
 
 #: how a model measured with a cache compares with its heuristic (`tunecache.stats.classify`)
@@ -82,6 +83,13 @@ class KeyOutcome:
     bench_best: str | None = None
     bench_stopped: str | None = None
     note: str = ""
+    #: candidates refused because their output differed from the heuristic's, and candidates
+    #: one call of which took longer than what was left of the key's budget
+    wrong: tuple[str, ...] = ()
+    too_slow: tuple[str, ...] = ()
+    #: why the stored evidence was benched again ("" when it was not, or there was none), or
+    #: why the evidence reused is doubtful although it may not be benched again
+    doubt: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, the verdict as its own dict."""
@@ -89,6 +97,8 @@ class KeyOutcome:
             **plain_fields(self),
             "tried": list(self.tried),
             "verdict": None if self.verdict is None else self.verdict.as_dict(),
+            "wrong": list(self.wrong),
+            "too_slow": list(self.too_slow),
         }
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tunecache import accept
+from tunecache import accept, evidence
 from tunecache._digest import sha256
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
 from tunecache.tune.model import Model, scenario_text
@@ -48,12 +48,18 @@ class GuardOutcome:
 @dataclass(frozen=True)
 class Running:
     """How a session runs: who hears of its progress, how far its tables borrow a neighbour's
-    decision, the clock its budget is read on, and how it profiles a run."""
+    decision, the clock its budget is read on, how it profiles a run, and how it reads the time
+    this process waited for a CPU (None: `tunecache.evidence.cpu_wait`, looked up when read)."""
 
     progress: Progress | None = None
     max_distance: float = DEFAULT_MAX_DISTANCE
     clock: Callable[[], float] = time.perf_counter
     profiler: Profiler = wall_profile
+    cpu_wait: Callable[[], float | None] | None = None
+
+    def waiting(self) -> float | None:
+        """Seconds this process has waited for a CPU so far, or None where unknown."""
+        return (evidence.cpu_wait if self.cpu_wait is None else self.cpu_wait)()
 
 
 class Session:
@@ -87,6 +93,10 @@ class Session:
         self.screened = 0
         self.budget_spent = False
         self.guard = GuardOutcome()
+        #: the fraction of the last trial's wall time this process waited for a CPU, if known
+        self.waited: float | None = None
+        #: entries this session accepted: the key, choice and record each was written with
+        self.decided: dict[int, tuple[Heavy, str, TimingRecord]] = {}
 
     # -- time and progress --------------------------------------------------------------------
 
@@ -118,8 +128,13 @@ class Session:
     def trial(
         self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
     ) -> tuple[accept.Verdict | None, RunFailed | None]:
-        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`)."""
-        return trial(self.model, self.options, baseline, candidate, cases)
+        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`); how
+        long this process waited for a CPU meanwhile is kept in `waited`."""
+        before, wall = self.how.waiting(), time.perf_counter()
+        try:
+            return trial(self.model, self.options, baseline, candidate, cases)
+        finally:
+            self.waited = evidence.waited(before, self.how.waiting(), time.perf_counter() - wall)
 
     def outcome(self, heavy: Heavy, action: str, **more: Any) -> None:
         """Record what happened to a heavy key, with what the model runs for it now."""
@@ -252,6 +267,7 @@ class Session:
             heavy, choice, record, "accepted", ("validated", verdict), speedup
         )
         self.table = self.table.derive(include=[entry_id])
+        self.decided[entry_id] = (heavy, choice, record)
         return entry_id
 
     def current_run(self) -> int:

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 from tunecache.errors import BadArgumentError, TuneInterrupted
 from tunecache.keys import Key
 from tunecache.resolve import DEFAULT_MAX_DISTANCE
+from tunecache.tune import doubt
 from tunecache.tune.benching import tune_key
+from tunecache.tune.checking import outputs_differ
 from tunecache.tune.guard import final_guard
 from tunecache.tune.model import Model, as_model
-from tunecache.tune.options import KEEP, KEY_BUDGET, SHARE, Options, session_options
+from tunecache.tune.options import KEEP, KEY_BUDGET, REBENCH, SHARE, Options, session_options
 from tunecache.tune.profiling import Heavy, Screening, profile
+from tunecache.tune.records import bound_calls
 from tunecache.tune.reports import Progress, TuneReport
 from tunecache.tune.session import Running, Session
 
@@ -46,6 +49,7 @@ def tune(
     key_budget: float | None = KEY_BUDGET,
     budget: float | None = None,
     retune: bool = False,
+    rebench: int = REBENCH,
     max_distance: float = DEFAULT_MAX_DISTANCE,
     bench_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
@@ -59,8 +63,9 @@ def tune(
     are the acceptance rule's (`tunecache.accept.accept`'s defaults when None); `key_budget`
     bounds each key's isolated bench and `budget` the whole session, in seconds of `clock`
     (the final guard always runs). A key that already has an entry for its candidate list
-    reuses that entry's timing record unless `retune`. Pass an open `cache`, or the options of
-    `tunecache.open`.
+    reuses that entry's timing record unless `retune`, or unless the record is doubtful
+    (`tunecache.tune.doubt`): then it is benched again, at most `rebench` times for the key.
+    Pass an open `cache`, or the options of `tunecache.open`.
 
     Ctrl-C raises `TuneInterrupted` (a KeyboardInterrupt) carrying the partial report; every
     entry accepted before it stays stored.
@@ -68,6 +73,7 @@ def tune(
     options = session_options(
         share=share, keep=keep, confirmations=confirmations, pairs=pairs, alpha=alpha,
         key_budget=key_budget, budget=budget, retune=retune, bench_options=bench_options,
+        rebench=rebench,
     )  # fmt: skip
     how = Running(progress=progress, max_distance=max_distance, clock=clock)
     return run_session(as_model(model), cache, open_options, options, how, tune_keys=True)
@@ -179,6 +185,9 @@ def _step(session: Session, heavy: Heavy, *, tune_keys: bool) -> None:
         return
     answer = session.table.resolve(heavy.key, heavy.op.candidates, heavy.heuristic)
     if answer.source == "masked":
+        if tune_keys and _reopens(session, heavy, answer.entry_id):
+            tune_key(session, heavy)  # this model's own "no", from doubtful evidence
+            return
         session.outcome(heavy, "known", entry_id=answer.entry_id, note="masked")
         return
     if answer.entry_id is not None:
@@ -191,10 +200,35 @@ def _step(session: Session, heavy: Heavy, *, tune_keys: bool) -> None:
         tune_key(session, heavy)
 
 
+def _reopens(session: Session, heavy: Heavy, entry_id: int | None) -> bool:
+    """Whether a key masked for this model is taken up again: the entry is one it rejected in
+    an earlier session, nobody vouches for it, and its record is doubtful (`tune.doubt`) and
+    has been benched again fewer than `rebench` times."""
+    if entry_id is None or entry_id in session.masked:
+        return False
+    stored = session.cache.get(heavy.key, candidates=heavy.op.candidates)
+    if stored is None or stored.id != entry_id or stored.status != "rejected":
+        return False
+    if "validated" in session.cache.verdicts_on(stored).values():
+        return False
+    record = session.cache.record(stored)
+    if record is None or doubt.doubt(record) is None:
+        return False
+    return doubt.rebenches(record) < session.options.rebench
+
+
 def _judge(session: Session, heavy: Heavy, entry_id: int) -> None:
-    """Validate another model's entry that serves this heavy key (step 3)."""
+    """Validate another model's entry that serves this heavy key (step 3); an entry whose
+    choice computes something else than the heuristic on this model's call is masked at once."""
     if entry_id in session.verdicts:
         session.outcome(heavy, "known", entry_id=entry_id, note=session.verdicts[entry_id])
+        return
+    choice = session.table.resolve(heavy.key, heavy.op.candidates, heavy.heuristic).choice
+    wrong = outputs_differ(heavy.op, bound_calls(heavy), heavy.heuristic, [choice])
+    if wrong:
+        session.record_verdict(entry_id, "masked", None)
+        note = f"{choice}: {wrong[choice]}"
+        session.outcome(heavy, "masked", entry_id=entry_id, note=note, wrong=(choice,))
         return
     without = session.table.derive(mask=[entry_id])
     verdict, failed = session.trial(without, session.table, [heavy.case])

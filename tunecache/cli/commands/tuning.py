@@ -13,6 +13,7 @@ from tunecache.cli import render
 from tunecache.cli.device import open_cache
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import TUNE, option_values
+from tunecache.cli.usercode import user_code, user_roots
 from tunecache.errors import BadArgumentError, TunecacheError
 
 if TYPE_CHECKING:
@@ -41,6 +42,12 @@ def _load_models(spec: str) -> list[Any]:
     if isinstance(value, list | tuple):
         return [tune.as_model(v) for v in value]
     return [tune.as_model(value, name=attr)]
+
+
+def _spec_modules(specs: Iterable[str]) -> list[str]:
+    """The dotted module names of MODULE:ATTR specs (a FILE.py spec names none)."""
+    wheres = (spec.rpartition(":")[0] for spec in specs)
+    return [where for where in wheres if where and not where.endswith(".py")]
 
 
 def _import(where: str) -> ModuleType:
@@ -105,16 +112,35 @@ def _print_tune(console: Console, report: Any) -> None:
     keys = render.table(title, *columns, rows=map(_key_cells, report.keys))
     console.print(keys)
     counts = {a: report.count(a) for a in ("accepted", "validated", "masked", "rejected")}
+    if report.count("budget cut"):
+        counts["budget cut"] = report.count("budget cut")
     console.print(
         f"{len({k.key for k in report.keys})} heavy keys, {report.screened} screened out; "
         + ", ".join(f"{n} {a}" for a, n in counts.items())
     )
+    for outcome in report.keys:
+        for line in _refusals(outcome):
+            console.print(line, highlight=False)
     console.print(_guard_line(report))
     if report.interrupted:
         console.print("interrupted: what was accepted before is stored")
     elif report.budget_spent:
         console.print("the time budget ran out: some keys were skipped")
     console.print(f"{report.seconds:.1f} s, run {report.run_id}")
+
+
+def _refusals(outcome: Any) -> list[str]:
+    """What a key's bench refused or doubted, a line each: wrong outputs, calls too slow for
+    the key's budget, and stored evidence benched again."""
+    lines = []
+    if outcome.wrong:
+        lines.append(f"{outcome.key}: wrong output, never benched: {', '.join(outcome.wrong)}")
+    if outcome.too_slow:
+        names = ", ".join(outcome.too_slow)
+        lines.append(f"{outcome.key}: one call outlasted the key's budget: {names}")
+    if outcome.doubt:
+        lines.append(f"{outcome.key}: {outcome.doubt}")
+    return lines
 
 
 def _key_cells(outcome: Any) -> list[str]:
@@ -156,15 +182,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """Tune models on this device: profile, screen heavy keys, bench their candidates, accept
     an entry only when the whole model gets faster (paired runs), and write it to the cache.
     MODEL is MODULE:ATTR or FILE.py:ATTR naming a tunecache.tune.Model, a callable, or a list or
-    dict of them. Ctrl-C keeps what was accepted (exit 130)."""
+    dict of them. Ctrl-C keeps what was accepted (exit 130); an exception from the model's own
+    code is reported with its type, message and line (exit 9)."""
     from tunecache import tune
 
     models = [m for spec in args.model for m in _load_models(spec)]
+    roots = user_roots(_spec_modules(args.model))
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
         for model in models:
             try:
-                report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
+                with user_code(f"model {model.name!r}", roots):
+                    report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
             except tune.TuneInterrupted as stop:
                 reports.append(stop.report)
                 _emit_tune(args, reports)
@@ -337,7 +366,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         tuned = [m for spec in args.tune for m in _load_models(spec)]
         held = [m for spec in args.held_out for m in _load_models(spec)]
-    with _evaluation_store(args, examples) as cache, render.progress(args) as progress:
+    roots = () if examples else user_roots(_spec_modules([*args.tune, *args.held_out]))
+    with (
+        _evaluation_store(args, examples) as cache,
+        render.progress(args) as progress,
+        user_code("a model being evaluated", roots),
+    ):
         # tune.evaluate refuses a held-out model this cache already has verdicts of.
         result = tune.evaluate(tuned, held, **_measuring(args, cache, progress))
     render.emit(args, result, _print_evaluation)
