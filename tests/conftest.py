@@ -114,6 +114,9 @@ def _isolated_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     root = tmp_path / "cache-root"
     monkeypatch.setenv("TUNECACHE_DIR", str(root))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    # A fleet store of the developer's own never stands in for the test's cache.
+    monkeypatch.delenv("TUNECACHE_URL", raising=False)
+    monkeypatch.delenv("TUNECACHE_REMOTE", raising=False)
     return root
 
 
