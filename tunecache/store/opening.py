@@ -10,10 +10,10 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from tunecache.errors import SchemaTooNewError, StoreMovedError, TunecacheWarning
-from tunecache.store import health, migrate, postgres, quarantine, schema, urls
-from tunecache.store.engine import REOPENS, busy_errors, close_engine, make_engine
+from tunecache.store import health, migrate, postgres, quarantine, queries, schema, urls
+from tunecache.store.engine import REOPENS, busy_errors, close_engine, make_engine, transaction
 
-__all__ = ["connect", "connect_fleet", "connect_once"]
+__all__ = ["connect", "connect_fleet", "connect_once", "fleet_summary"]
 
 
 def connect(
@@ -78,3 +78,26 @@ def connect_fleet(
     except BaseException:
         close_engine(engine)
         raise
+
+
+def fleet_summary(
+    url: str, fingerprint: str, busy_timeout: float
+) -> tuple[str | None, int, str | None]:
+    """What `tunecache where` says of the fleet store at `url`, read without creating or
+    changing anything: its revision (None where it has no schema yet), how many entries the
+    device `fingerprint` has there, and why this role cannot write it (None where it can)."""
+    engine = postgres.make_engine(url, busy_timeout=busy_timeout)
+    try:
+        with postgres.errors(url, busy_timeout), transaction(engine, read=True) as conn:
+            revision = migrate.current_revision(conn)
+            entries = 0
+            if revision == migrate.HEAD:
+                device = queries.device_id(conn, fingerprint)
+                entries = 0 if device is None else queries.count_entries(conn, device)
+            missing, _ = postgres.missing_privileges(conn)
+            denied = None
+            if missing:
+                denied = postgres.message_for_privileges(conn, urls.mask(url), missing)
+    finally:
+        close_engine(engine)
+    return revision, entries, denied

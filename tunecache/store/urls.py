@@ -45,7 +45,7 @@ def mask(url: str) -> str:
             (key, MASK if key.lower() in _SECRET_PARAMETERS else value)
             for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         ]
-        text = urllib.parse.urlencode(query, safe="/:,=", quote_via=urllib.parse.quote)
+        text = urllib.parse.urlencode(query, safe="/:,=*", quote_via=urllib.parse.quote)
         return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, text, ""))
     except ValueError:
         return MASK
