@@ -23,6 +23,7 @@ __all__ = [
     "device",
     "existing",
     "fleet_url",
+    "local_only",
     "location",
     "open_cache",
     "read_cache",
@@ -92,6 +93,20 @@ def fleet_url(found: dict[str, Any]) -> str | None:
     return from_environment()
 
 
+def local_only(found: dict[str, Any]) -> None:
+    """Refuse, for a command that works on a local cache file only, options that leave
+    TUNECACHE_URL naming a fleet store: a BadArgumentError that says how to name a file."""
+    url = fleet_url(found)
+    if url is not None:
+        from tunecache.errors import BadArgumentError
+        from tunecache.store.urls import ENV_VAR, mask
+
+        raise BadArgumentError(
+            f"this command works on a local cache, and {ENV_VAR} names the fleet store "
+            f"{mask(url)}: name a local one with --db or --root"
+        )
+
+
 def database(found: dict[str, Any]) -> Path:
     """The database file the options `found` (`location`'s) name, found or not."""
     from tunecache.paths import locate
@@ -129,15 +144,7 @@ def read_cache(found: dict[str, Any]) -> Iterator[CacheReader]:
     from tunecache.store.filesystems import check_filesystem
     from tunecache.store.reading import CacheReader
 
-    url = fleet_url(found)
-    if url is not None:
-        from tunecache.errors import BadArgumentError
-        from tunecache.store.urls import ENV_VAR, mask
-
-        raise BadArgumentError(
-            f"this command reads a local cache, and {ENV_VAR} names the fleet store "
-            f"{mask(url)}: name a local one with --db or --root"
-        )
+    local_only(found)
     db = existing(found)
     check_filesystem(db)
     reader = CacheReader.open(db, found["device"].fingerprint)
