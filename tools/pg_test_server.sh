@@ -53,7 +53,8 @@ install_server() {
 # Run a command as the user the server runs as.
 as_owner() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
+    # From /, not the caller's folder, which the postgres user may not enter.
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
