@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +24,80 @@ ROOT = Path(__file__).resolve().parent.parent
 # one example that ran slow (Hypothesis's default 200 ms deadline would make that a flaky error).
 settings.register_profile("tunecache", deadline=None)
 settings.load_profile("tunecache")
+
+#: the test server's URLs (tools/pg_test_server.sh prints them; .ci/run exports them): the
+#: PostgreSQL tests skip only when these are unset, and .ci/run fails if any of them skipped
+PG_URL_VARIABLE = "TUNECACHE_TEST_PG_URL"
+PG_RO_URL_VARIABLE = "TUNECACHE_TEST_PG_RO_URL"
+#: where to write how the PostgreSQL tests ended (JSON counts by outcome), for .ci/run
+PG_REPORT_VARIABLE = "TUNECACHE_TEST_PG_REPORT"
+_PG_FIXTURES = frozenset({"pg", "pg_server"})
+_pg_outcomes: dict[str, int] = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs the PostgreSQL server `postgres`, so they can be counted
+    (and selected with `-m postgres`)."""
+    for item in items:
+        if _PG_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Count how the PostgreSQL tests ended."""
+    if "postgres" not in report.keywords:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _pg_outcomes[report.outcome] = _pg_outcomes.get(report.outcome, 0) + 1
+
+
+@dataclass(frozen=True)
+class PgSchema:
+    """A fresh schema on the test server: the writer's and the reader's URLs, each with its
+    search_path set to it, and its name."""
+
+    url: str
+    ro_url: str
+    schema: str
+
+
+def _with_schema(url: str, schema: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    query = {**parsed.query, "options": f"-csearch_path={schema}"}
+    return parsed.set(query=query).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def pg_server() -> tuple[str, str]:
+    """The test server's writer and reader URLs, as exported; skips when they are unset."""
+    url, ro_url = os.environ.get(PG_URL_VARIABLE), os.environ.get(PG_RO_URL_VARIABLE)
+    if not url or not ro_url:
+        pytest.skip(
+            f"{PG_URL_VARIABLE} and {PG_RO_URL_VARIABLE} are unset (tools/pg_test_server.sh)"
+        )
+    return url, ro_url
+
+
+@pytest.fixture
+def pg(pg_server: tuple[str, str]) -> Iterator[PgSchema]:
+    """A schema of its own on the test server for this test, dropped with everything in it
+    when the test ends."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    url, ro_url = pg_server
+    schema = f"t_{secrets.token_hex(6)}"
+    admin = create_engine(url, poolclass=NullPool)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+        yield PgSchema(_with_schema(url, schema), _with_schema(ro_url, schema), schema)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        admin.dispose()
 
 
 # The user cache folders a leaking test would write (tunecache's own, and the Triton client's:
@@ -43,8 +121,13 @@ _CACHES_BEFORE = _user_caches()
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any test (or a thread or process it left behind, writing at exit) wrote
-    to the real user cache."""
+    to the real user cache; write the PostgreSQL tests' counts where PG_REPORT_VARIABLE says,
+    if it is set."""
     import sys
+
+    where = os.environ.get(PG_REPORT_VARIABLE)
+    if where:
+        Path(where).write_text(json.dumps(_pg_outcomes) + "\n")
 
     writer = sys.modules.get("tunecache.triton.writer")
     if writer is not None:
@@ -63,6 +146,9 @@ def _isolated_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     root = tmp_path / "cache-root"
     monkeypatch.setenv("TUNECACHE_DIR", str(root))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    # A fleet store of the developer's own never stands in for the test's cache.
+    monkeypatch.delenv("TUNECACHE_URL", raising=False)
+    monkeypatch.delenv("TUNECACHE_REMOTE", raising=False)
     return root
 
 

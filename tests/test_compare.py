@@ -1,11 +1,11 @@
-"""tunecache.outputs: a candidate's output against the heuristic's, and how they differ."""
+"""tunecache.compare: a candidate's output against the heuristic's, and how they differ."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tunecache.outputs import default_tolerance, difference, snapshot
+from tunecache.compare import default_tolerance, difference, snapshot
 
 
 def test_integers_and_booleans_compare_exactly() -> None:

@@ -37,7 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tunecache
-from tunecache import evidence, outputs, sampling, tune
+from tunecache import compare as comparing
+from tunecache import evidence, sampling, tune
 from tunecache.dispatch import Tunable
 from tunecache.tune import benching, checking, tuner
 
@@ -87,7 +88,7 @@ def planted(kind: str, trial: int) -> tuple[tune.Model, tunecache.Tunable[..., A
 
 
 _DIFFERS = (checking, benching, tuner)  # the modules that call checking.outputs_differ
-_ORIGINAL = (checking.outputs_differ, Tunable.compare, outputs.snapshot)
+_ORIGINAL = (checking.outputs_differ, Tunable.compare, comparing.snapshot)
 
 
 def _install(differs: Any, compare: Any, snapshot: Any) -> None:
@@ -95,7 +96,7 @@ def _install(differs: Any, compare: Any, snapshot: Any) -> None:
     for module in _DIFFERS:
         module.outputs_differ = differs  # type: ignore[attr-defined]
     Tunable.compare = compare  # type: ignore[method-assign]
-    sampling.outputs.snapshot = snapshot  # type: ignore[attr-defined]
+    sampling.snapshot = snapshot  # type: ignore[attr-defined]
 
 
 @contextmanager

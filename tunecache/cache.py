@@ -2,6 +2,9 @@
 
 This is the storage-facing API that tuning, validation and maintenance build on. The hot path
 (the resolver) does not go through it: it reads the database with the stdlib sqlite3 module.
+
+A cache is a SQLite file by default; `url` (or TUNECACHE_URL) opens a fleet store on PostgreSQL
+instead, with the same schema, the same statements and the same API (`tunecache.store.postgres`).
 """
 
 from __future__ import annotations
@@ -22,24 +25,31 @@ from tunecache.candidates import checksum
 from tunecache.checks import is_int
 from tunecache.device import Device
 from tunecache.errors import (
+    BadArgumentError,
     BadRecordError,
     ReadOnlyStoreError,
-    SchemaTooNewError,
     StoreError,
-    StoreMovedError,
     TunecacheError,
     TunecacheWarning,
 )
 from tunecache.keys import Key, parse
-from tunecache.store import bulk, filesystems, health, migrate, quarantine, queries, rows, schema
+from tunecache.store import (
+    bulk,
+    filesystems,
+    migrate,
+    opening,
+    postgres,
+    queries,
+    rows,
+    schema,
+    urls,
+)
 from tunecache.store.engine import (
     DEFAULT_BUSY_TIMEOUT,
-    REOPENS,
     busy_errors,
     check_timeout,
     checkpoint,
     close_engine,
-    make_engine,
     transaction,
 )
 from tunecache.store.models import utcnow
@@ -57,7 +67,7 @@ __all__ = [
 ]
 
 #: every keyword `Cache.open` (and `tunecache.open`) takes
-OPEN_OPTIONS = frozenset({"busy_timeout"}) | paths.LOCATION_OPTIONS
+OPEN_OPTIONS = frozenset({"busy_timeout", "url"}) | paths.LOCATION_OPTIONS
 
 #: a progress callback of long store operations (export, import, doctor): (what is being done,
 #: how much is done, out of how much)
@@ -94,7 +104,8 @@ def _check_run(conn: Connection, run_id: int | None, where: str = "") -> None:
 
 
 class Cache:
-    """An open cache database for one device identity."""
+    """An open cache database for one device identity: a local SQLite file, or a fleet store
+    on PostgreSQL that many hosts and devices share (`url`)."""
 
     def __init__(
         self,
@@ -105,8 +116,15 @@ class Cache:
         busy_timeout: float,
         outcome: migrate.Outcome | None,
         readonly_reason: str | None,
+        url: str | None = None,
     ) -> None:
+        #: the SQLite file; for a fleet store, the device's own local cache file, which this
+        #: Cache never opens (where a pull from the fleet lands)
         self.path = path
+        #: the fleet store's URL with its password masked (None for a SQLite cache): what
+        #: every message shows of it
+        self.url = None if url is None else urls.mask(url)
+        self._url = url
         self.device = device
         self.busy_timeout = busy_timeout
         #: what opening did to the schema (None for a database opened read-only)
@@ -125,7 +143,11 @@ class Cache:
 
     @classmethod
     def open(
-        cls, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, **location: Unpack[paths.Location]
+        cls,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        url: str | None = None,
+        **location: Unpack[paths.Location],
     ) -> Cache:
         """Open (creating or upgrading as needed) the cache of this device.
 
@@ -135,11 +157,31 @@ class Cache:
         under which the database lives at `paths.database_path(device, root)`, or `path`, a
         file. A database written by a newer tunecache is opened read-only, with a
         TunecacheWarning.
+
+        `url` (`postgresql+psycopg://user@host/db`) opens a fleet store on PostgreSQL instead,
+        where this device keeps its own rows beside other devices'; so does TUNECACHE_URL, where
+        neither `url`, `root` nor `path` is given. Its password is never shown (`Cache.url`).
         """
         paths.check_options(location, "Cache.open", paths.LOCATION_OPTIONS)
+        if url is None and location.get("root") is None and location.get("path") is None:
+            url = urls.from_environment()
+        elif url is not None and (location.get("root") or location.get("path")):
+            raise BadArgumentError("a cache is opened at a url, or at a root or path, not both")
         fields, db = paths.locate(**location)
         device = location.get("device") or Device(*fields)
         busy_timeout = check_timeout(busy_timeout)
+        if url is not None:
+            # The same schema, created or upgraded under the store's writers' lock.
+            engine, outcome, reason = opening.connect_fleet(urls.check(url), busy_timeout)
+            return cls(
+                db,
+                device,
+                engine,
+                busy_timeout=busy_timeout,
+                url=url,
+                outcome=outcome,
+                readonly_reason=reason,
+            )
         # A folder, FIFO or device where the database should be is refused, never opened.
         filesystems.database_stat(db)
         try:
@@ -149,7 +191,9 @@ class Cache:
         # A damaged file at tunecache's own location is moved aside for a fresh cache; one the
         # caller named is never moved.
         may_move = location.get("path") is None
-        engine, outcome, readonly_reason, drift = _connect(db, busy_timeout, may_move=may_move)
+        engine, outcome, readonly_reason, drift = opening.connect(
+            db, busy_timeout, may_move=may_move
+        )
         cache = cls(
             db,
             device,
@@ -165,6 +209,18 @@ class Cache:
         cache._drift = drift
         return cache
 
+    @property
+    def where(self) -> str:
+        """Where the cache is, as messages name it: its file, or its fleet store's masked URL."""
+        return str(self.path) if self.url is None else f"fleet store {self.url}"
+
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        """What turns a driver error into one line (StoreBusyError, StoreError), for this
+        cache's backend."""
+        if self._url is not None:
+            return postgres.errors(self._url, self.busy_timeout)
+        return busy_errors(self.path, self.busy_timeout)
+
     def _reopen(self, failed: Engine) -> Engine:
         """Open the live cache at this path again, after the file the engine `failed` had open
         was moved aside or replaced (StoreMovedError), with every check of `open`; its engine.
@@ -172,7 +228,7 @@ class Cache:
         with self._reopening:
             if self._engine is not failed:
                 return self._engine
-            engine, _, self.readonly_reason, self._drift = _connect(
+            engine, _, self.readonly_reason, self._drift = opening.connect(
                 self.path, self.busy_timeout, may_move=self._may_move
             )
             self._engine = engine
@@ -202,7 +258,7 @@ class Cache:
 
     def __repr__(self) -> str:
         mode = "read-only" if self.readonly_reason else "read-write"
-        return f"<Cache {self.path} {self.device.dirname} {mode}>"
+        return f"<Cache {self.url or self.path} {self.device.dirname} {mode}>"
 
     @property
     def engine(self) -> Engine:
@@ -224,27 +280,24 @@ class Cache:
             mended = self.mend_schema()
             if mended:
                 warnings.warn(
-                    f"cache database {self.path}: its schema was not revision {migrate.HEAD}'s "
+                    f"cache database {self.where}: its schema was not revision {migrate.HEAD}'s "
                     f"({schema.describe(mended)}); its indexes and views are made again",
                     TunecacheWarning,
                     stacklevel=4,
                 )
-        with (
-            busy_errors(self.path, self.busy_timeout),
-            transaction(self._engine, reopen=self._reopen_writable) as conn,
-        ):
+        # A fleet store has no file to be moved aside: nothing to reopen.
+        reopen = self._reopen_writable if self._url is None else None
+        with self._errors(), transaction(self._engine, reopen=reopen) as conn:
             yield conn
 
     def _check_writable(self) -> None:
         if self.readonly_reason is not None:
-            raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
+            raise ReadOnlyStoreError(f"cache {self.where} is read-only: {self.readonly_reason}")
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
-        with (
-            busy_errors(self.path, self.busy_timeout),
-            transaction(self._engine, read=True, reopen=self._reopen) as conn,
-        ):
+        reopen = self._reopen if self._url is None else None
+        with self._errors(), transaction(self._engine, read=True, reopen=reopen) as conn:
             yield conn
 
     @contextlib.contextmanager
@@ -261,7 +314,10 @@ class Cache:
 
     def checkpoint(self) -> bool:
         """Fold the WAL into the database file and truncate it; False if a reader still
-        holding an old snapshot kept it from finishing."""
+        holding an old snapshot kept it from finishing. A fleet store has no WAL file of
+        ours: True, having done nothing."""
+        if self._url is not None:
+            return True
         with busy_errors(self.path, self.busy_timeout):
             return checkpoint(self._engine, timeout=self.busy_timeout)
 
@@ -270,8 +326,9 @@ class Cache:
         altered, and drop indexes and triggers no revision has, in one write transaction; what
         it changed (`tunecache.store.schema.Drift`). The first write of a cache does this by
         itself when opening found something to mend."""
-        if self.readonly_reason is not None:
-            raise ReadOnlyStoreError(f"cache {self.path} is read-only: {self.readonly_reason}")
+        self._check_writable()
+        if self._url is not None:
+            return ()  # the expected objects are SQLite's SQL: see migrate.table_damage
         mended = migrate.mend_schema(self._engine, self.path, self.busy_timeout)
         self._drift = ()
         return mended
@@ -525,50 +582,6 @@ class Cache:
                     raise
 
 
-def _connect(
-    db: Path, busy_timeout: float, *, may_move: bool
-) -> tuple[Engine, migrate.Outcome | None, str | None, tuple[schema.Drift, ...]]:
-    """An engine on the cache database at `db`, what opening did to its schema, why it is
-    read-only (None when it is not), and the indexes and views its first write must make again
-    (`Cache.mend_schema`): every check of `Cache.open`, whose folder exists."""
-    for attempt in range(REOPENS + 1):
-        try:
-            return _connect_once(db, busy_timeout, may_move=may_move)
-        except StoreMovedError:
-            # The file was swapped while this open set it up: open the one there now.
-            if attempt == REOPENS:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _connect_once(
-    db: Path, busy_timeout: float, *, may_move: bool
-) -> tuple[Engine, migrate.Outcome | None, str | None, tuple[schema.Drift, ...]]:
-    health.check_filesystem(db)
-    denied = health.write_denied(db)
-    if denied is not None:
-        engine, reason = health.open_readonly(db, busy_timeout, denied)
-        return engine, None, reason, ()
-    quarantine.check(db, busy_timeout, may_move=may_move)
-    # Look before writing: even switching the journal mode writes to the file, and a file
-    # this tunecache must not change is refused (or read) without being touched.
-    state = migrate.inspect_file(db, busy_timeout)
-    try:
-        migrate.check_writable_schema(state, db)
-    except SchemaTooNewError as error:
-        warnings.warn(str(error), TunecacheWarning, stacklevel=4)
-        return make_engine(db, busy_timeout=busy_timeout, readonly=True), None, str(error), ()
-    engine = make_engine(db, busy_timeout=busy_timeout)
-    try:
-        with busy_errors(db, busy_timeout):
-            outcome = migrate.ensure_schema(engine, db)
-    except BaseException:
-        engine.dispose()
-        raise
-    drift = tuple(d for d in schema.drift(state.objects, state.revision) if not d.holds_data)
-    return engine, outcome, None, drift
-
-
 class Transaction:
     """A transaction on one cache (see `Cache.transaction`): its connection, and the rows of
     the cache's own device identity."""
@@ -597,7 +610,7 @@ class Transaction:
 
     def _require_write(self, what: str) -> None:
         if not self.write:
-            raise StoreError(f"cannot {what} in a read transaction of {self.cache.path}")
+            raise StoreError(f"cannot {what} in a read transaction of {self.cache.where}")
 
 
 def open_cache(**kwargs: Any) -> Cache:

@@ -74,7 +74,7 @@ class Tunable(Generic[P, R]):
 
         Before timing, the tuner compares each candidate's output with the heuristic's
         (`compare`): `tolerance` is the relative tolerance for floating outputs (None: the
-        dtype's default, `tunecache.outputs`; 0: exact), and `check`, if given, replaces the
+        dtype's default, `tunecache.compare`; 0: exact), and `check`, if given, replaces the
         comparison: `check(heuristic's output, candidate's output)` returns True (or None) when
         they agree, and False or a string saying how they differ when not.
         """
@@ -223,10 +223,10 @@ class Tunable(Generic[P, R]):
 
     def compare(self, expected: Any, actual: Any) -> str | None:
         """How a candidate's output `actual` differs from the heuristic's `expected`, in one
-        line, or None when they agree: by the op's `check`, or else by `tunecache.outputs`
+        line, or None when they agree: by the op's `check`, or else by `tunecache.compare`
         within its `tolerance`. An exception `check` raises propagates."""
         if self._check is None:
-            from tunecache.outputs import difference
+            from tunecache.compare import difference
 
             return difference(expected, actual, self._tolerance)
         verdict = self._check(expected, actual)

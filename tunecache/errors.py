@@ -22,6 +22,7 @@ __all__ = [
     "SQLiteDefectWarning",
     "StoreError",
     "StoreMovedError",
+    "StoreUnreachableError",
     "TuneInterrupted",
     "TunecacheError",
     "TunecacheWarning",
@@ -94,6 +95,11 @@ class StoreBusyError(StoreError):
 class StoreMovedError(StoreError):
     """The file a connection opened is no longer the cache at its path: it was moved aside
     (a damaged cache, quarantined) or replaced. `Cache` reopens the live cache and goes on."""
+
+
+class StoreUnreachableError(StoreError):
+    """The fleet store's server could not be reached within the connect timeout, or the
+    connection to it was lost; nothing local was changed."""
 
 
 class SchemaTooNewError(StoreError):

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from tunecache import codec, outputs
+from tunecache import codec
+from tunecache.compare import snapshot
 from tunecache.evidence import TOO_SLOW, WRONG, environment, error_text, refusal, refusal_text
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class Sampler:
             return
         reference, compare = self.compare
         if name == reference:
-            self.expected, self.checked = outputs.snapshot(output), True
+            self.expected, self.checked = snapshot(output), True
             return
         if not self.checked:
             return

@@ -7,6 +7,9 @@ Create Date: 2026-11-30
 The view is the read contract for people and scripts without tunecache: later revisions that
 change the tables recreate it with the same columns. The SQL is a frozen copy on purpose: a
 migration must keep doing what it did when it was released, whatever the models say later.
+
+On PostgreSQL (a fleet store) the same columns come from PostgreSQL's own aggregate: SQLite's
+group_concat is string_agg there, and PostgreSQL names every subquery in FROM.
 """
 
 from __future__ import annotations
@@ -52,8 +55,25 @@ JOIN candidate_sets cs ON cs.id = e.candidate_set_id
 """
 
 
+DECISIONS_VIEW_POSTGRES = DECISIONS_VIEW.replace(
+    """(SELECT group_concat(name, ',') FROM (
+        SELECT m.name AS name FROM validations v JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'validated' ORDER BY m.name)) AS validated_by,
+    (SELECT group_concat(name, ',') FROM (
+        SELECT m.name AS name FROM validations v JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'masked' ORDER BY m.name)) AS masked_by,""",
+    """(SELECT string_agg(m.name, ',' ORDER BY m.name) FROM validations v
+        JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'validated') AS validated_by,
+    (SELECT string_agg(m.name, ',' ORDER BY m.name) FROM validations v
+        JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'masked') AS masked_by,""",
+)
+
+
 def upgrade() -> None:
-    op.execute(DECISIONS_VIEW)
+    postgres = op.get_bind().dialect.name == "postgresql"
+    op.execute(DECISIONS_VIEW_POSTGRES if postgres else DECISIONS_VIEW)
 
 
 def downgrade() -> None:

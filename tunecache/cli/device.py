@@ -17,7 +17,17 @@ if TYPE_CHECKING:
 
     from tunecache.store.reading import CacheReader
 
-__all__ = ["DEVICE", "database", "device", "existing", "location", "open_cache", "read_cache"]
+__all__ = [
+    "DEVICE",
+    "database",
+    "device",
+    "existing",
+    "fleet_url",
+    "local_only",
+    "location",
+    "open_cache",
+    "read_cache",
+]
 
 #: the device options, shown under their own heading in every subcommand's --help
 DEVICE = (
@@ -73,6 +83,30 @@ def open_cache(args: argparse.Namespace) -> Any:
     return Cache.open(**location(args))
 
 
+def fleet_url(found: dict[str, Any]) -> str | None:
+    """The fleet store TUNECACHE_URL names, where the options `found` name no file or root
+    (which would name a local cache instead), or None."""
+    if found["root"] is not None or found["path"] is not None:
+        return None
+    from tunecache.store.urls import from_environment
+
+    return from_environment()
+
+
+def local_only(found: dict[str, Any]) -> None:
+    """Refuse, for a command that works on a local cache file only, options that leave
+    TUNECACHE_URL naming a fleet store: a BadArgumentError that says how to name a file."""
+    url = fleet_url(found)
+    if url is not None:
+        from tunecache.errors import BadArgumentError
+        from tunecache.store.urls import ENV_VAR, mask
+
+        raise BadArgumentError(
+            f"this command works on a local cache, and {ENV_VAR} names the fleet store "
+            f"{mask(url)}: name a local one with --db or --root"
+        )
+
+
 def database(found: dict[str, Any]) -> Path:
     """The database file the options `found` (`location`'s) name, found or not."""
     from tunecache.paths import locate
@@ -110,6 +144,7 @@ def read_cache(found: dict[str, Any]) -> Iterator[CacheReader]:
     from tunecache.store.filesystems import check_filesystem
     from tunecache.store.reading import CacheReader
 
+    local_only(found)
     db = existing(found)
     check_filesystem(db)
     reader = CacheReader.open(db, found["device"].fingerprint)

@@ -56,8 +56,10 @@ __all__ = [
     "close_engine",
     "file_identity",
     "is_busy",
+    "is_read",
     "make_engine",
     "read_connection",
+    "track",
     "transaction",
     "write_lock",
 ]
@@ -94,6 +96,17 @@ def _forget_parent_connections() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_connections)
+
+
+def track(engine: Engine) -> None:
+    """Have a forked child drop `engine`'s connections, as it does every tunecache engine's
+    (an engine of another backend than SQLite, made by its own factory)."""
+    _engines.add(engine)
+
+
+def is_read(conn: Connection) -> bool:
+    """Whether `conn` runs a read transaction (`transaction(read=True)`, `read_connection`)."""
+    return bool(conn.get_execution_options().get(_READ_OPTION))
 
 
 @contextlib.contextmanager

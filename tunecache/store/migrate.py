@@ -48,11 +48,13 @@ __all__ = [
     "alembic_config",
     "check_writable_schema",
     "current_revision",
+    "ensure_fleet_schema",
     "ensure_schema",
     "inspect_file",
     "mend",
     "mend_schema",
     "migration_connection",
+    "read_fleet_state",
     "read_state",
     "schema_drift",
     "script_location",
@@ -84,6 +86,9 @@ class FileState:
     tables: frozenset[str]
     #: its rows of `sqlite_master` (`tunecache.store.schema.SCHEMA_QUERY`)
     objects: tuple[SchemaRow, ...] = ()
+    #: the database's dialect: the expected objects (`tunecache.store.schema`) are SQLite's
+    #: SQL, so only a SQLite file's are compared with its revision's
+    dialect: str = "sqlite"
 
     @property
     def revision(self) -> str | None:
@@ -152,7 +157,23 @@ def _known_revisions() -> set[str]:
     return {rev.revision for rev in script.walk_revisions()}
 
 
-def check_writable_schema(state: FileState, path: Path) -> None:
+def read_fleet_state(conn: Connection) -> FileState:
+    """The FileState of the fleet store (PostgreSQL) on `conn`: its revisions and the tables of
+    its schema (the one its search_path names first)."""
+    tables = frozenset(
+        str(name)
+        for (name,) in conn.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        )
+    )
+    revisions: tuple[str, ...] = ()
+    if "alembic_version" in tables:
+        found = conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+        revisions = tuple(str(row[0]) for row in found)
+    return FileState(revisions, tables, (), dialect="postgresql")
+
+
+def check_writable_schema(state: FileState, path: Path | str) -> None:
     """Refuse, before anything writes, a file this tunecache must not change.
 
     Raises StoreError for a file that is not a sound tunecache cache and SchemaTooNewError for
@@ -193,7 +214,10 @@ def check_writable_schema(state: FileState, path: Path) -> None:
 
 def table_damage(state: FileState) -> tuple[Drift, ...]:
     """The tables of the file that are missing, or altered from what its revision has: a
-    column, key or unique constraint changed (a table only written differently is not)."""
+    column, key or unique constraint changed (a table only written differently is not).
+    Nothing for a fleet store: its tables are PostgreSQL's, not the SQL the digests are of."""
+    if state.dialect != "sqlite":
+        return ()
     found = [d for d in schema.drift(state.objects, state.revision) if d.holds_data]
     if not any(d.change == "altered" for d in found):
         return tuple(found)
@@ -247,9 +271,12 @@ def _expected_objects() -> dict[tuple[str, str], tuple[str, str | None]]:
 
 def current_revision(conn: Connection) -> str | None:
     """The revision stamped in the database, or None for a database without one."""
-    has_table = conn.execute(
-        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'")
-    ).first()
+    if conn.dialect.name == "postgresql":
+        has_table = conn.execute(text("SELECT to_regclass('alembic_version')")).scalar()
+    else:
+        has_table = conn.execute(
+            text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'")
+        ).first()
     if has_table is None:
         return None
     row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
@@ -300,16 +327,39 @@ def ensure_schema(engine: Engine, path: Path) -> Outcome:
     # The write lock is taken before looking again: whoever gets it first creates or upgrades,
     # and everyone after it finds the work done.
     with migration_connection(engine, path) as conn:
-        state = read_state(conn.exec_driver_sql)
-        if state.revisions == (HEAD,):
-            return Outcome.CURRENT
-        check_writable_schema(state, path)
-        if state.revision is None:
-            Base.metadata.create_all(conn)
-            _stamp_head(conn)
-            return Outcome.CREATED
-        _upgrade(conn, path)
-        return Outcome.UPGRADED
+        return _bring_to_head(conn, read_state(conn.exec_driver_sql), path)
+
+
+def _bring_to_head(conn: Connection, state: FileState, where: Path | str) -> Outcome:
+    """Create or upgrade the database on `conn`, whose state (read under the writers' lock)
+    is `state`, to HEAD, in the caller's transaction."""
+    if state.revisions == (HEAD,):
+        return Outcome.CURRENT
+    check_writable_schema(state, where)
+    if state.revision is None:
+        Base.metadata.create_all(conn)
+        _stamp_head(conn)
+        return Outcome.CREATED
+    _upgrade(conn, where)
+    return Outcome.UPGRADED
+
+
+def ensure_fleet_schema(engine: Engine, where: str) -> Outcome:
+    """`ensure_schema` for a fleet store on PostgreSQL (`tunecache.store.postgres`), named
+    `where` in messages (its masked URL).
+
+    The revision is read first without a lock; a store not at HEAD is created or upgraded in
+    one write transaction, which holds the writers' advisory lock (every write transaction on
+    the store does), and the revision is read again under it: of several hosts starting at
+    once, exactly one creates or upgrades, and the others find the work done. PostgreSQL's DDL
+    is transactional, so a migration that fails leaves the store as it was.
+    """
+    with transaction(engine, read=True) as conn:
+        revision = current_revision(conn)
+    if revision == HEAD:
+        return Outcome.CURRENT
+    with transaction(engine) as conn:
+        return _bring_to_head(conn, read_fleet_state(conn), where)
 
 
 def schema_drift(conn: Connection) -> tuple[Drift, ...]:
@@ -354,7 +404,7 @@ def mend_schema(engine: Engine, path: Path, busy_timeout: float) -> tuple[Drift,
         return mend(conn)
 
 
-def _upgrade(conn: Connection, path: Path) -> None:
+def _upgrade(conn: Connection, path: Path | str) -> None:
     from alembic import command
     from alembic.util import CommandError
 

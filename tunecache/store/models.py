@@ -43,6 +43,7 @@ __all__ = [
     "CandidateSet",
     "CandidateTimingRow",
     "DECISIONS_VIEW",
+    "DECISIONS_VIEW_POSTGRES",
     "READ_VIEWS",
     "DeviceRow",
     "EntryRow",
@@ -118,12 +119,15 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """The value as stored: converted to UTC, the zone dropped; a naive one is refused."""
+        """The value as stored: converted to UTC, the zone dropped where the database keeps
+        none (SQLite; PostgreSQL's timestamptz keeps the instant whatever the session's time
+        zone); a naive one is refused."""
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("tunecache stores timezone-aware datetimes only")
-        return value.astimezone(UTC).replace(tzinfo=None)
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         """The value as read back: in UTC, with the zone."""
@@ -361,6 +365,25 @@ FROM entries e
 )
 
 
+#: The same view on PostgreSQL: its own aggregate (string_agg for group_concat), sorted inside it,
+#: since PostgreSQL names every subquery in FROM; the same columns, in the same order.
+DECISIONS_VIEW_POSTGRES = DECISIONS_VIEW.replace(
+    """(SELECT group_concat(name, ',') FROM (
+        SELECT m.name AS name FROM validations v JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'validated' ORDER BY m.name)) AS validated_by,
+    (SELECT group_concat(name, ',') FROM (
+        SELECT m.name AS name FROM validations v JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'masked' ORDER BY m.name)) AS masked_by,""",
+    """(SELECT string_agg(m.name, ',' ORDER BY m.name) FROM validations v
+        JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'validated') AS validated_by,
+    (SELECT string_agg(m.name, ',' ORDER BY m.name) FROM validations v
+        JOIN models m ON m.id = v.model_id
+        WHERE v.entry_id = e.id AND v.verdict = 'masked') AS masked_by,""",
+)
+assert DECISIONS_VIEW_POSTGRES != DECISIONS_VIEW
+
+
 def _view(name: str, columns: str) -> str:
     """The head of a view's CREATE statement: its name and the columns it selects."""
     return f"\nCREATE VIEW {name} AS\nSELECT\n{columns}"
@@ -490,10 +513,24 @@ FROM devices d
 """,
 }
 
-# create_all makes a new database in one step; the views must come with the tables.
-# (DDL's constructor carries no annotations in SQLAlchemy 2.x, hence the ignores.)
+# create_all makes a new database in one step; the views must come with the tables, each in its
+# dialect's SQL (only `decisions` differs). (DDL's constructor carries no annotations in
+# SQLAlchemy 2.x, hence the ignores.)
+event.listen(
+    Base.metadata,
+    "after_create",
+    DDL(DECISIONS_VIEW).execute_if(dialect="sqlite"),  # type: ignore[no-untyped-call]
+)
+event.listen(
+    Base.metadata,
+    "after_create",
+    DDL(DECISIONS_VIEW_POSTGRES).execute_if(  # type: ignore[no-untyped-call]
+        dialect="postgresql"
+    ),
+)
 for _name, _sql in {"decisions": DECISIONS_VIEW, **READ_VIEWS}.items():
-    event.listen(Base.metadata, "after_create", DDL(_sql))  # type: ignore[no-untyped-call]
+    if _name != "decisions":
+        event.listen(Base.metadata, "after_create", DDL(_sql))  # type: ignore[no-untyped-call]
     event.listen(
         Base.metadata,
         "before_drop",

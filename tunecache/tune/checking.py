@@ -1,6 +1,6 @@
 """Correctness before speed, outside a bench: the outputs of some candidates on the call the
 profile captured, compared with the heuristic's (`tunecache.Tunable.compare`: the op's `check=`
-hook, or `tunecache.outputs` within its tolerance).
+hook, or `tunecache.compare` within its tolerance).
 
 A fresh bench checks every candidate itself, on its probe (`bench.bench(compare=...)`); this is
 for the decisions made without one: the survivors of a record stored before outputs were
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tunecache.compare import snapshot
 from tunecache.evidence import WRONG, error_text, refusal_text
-from tunecache.outputs import snapshot
 
 if TYPE_CHECKING:
     from tunecache.dispatch import Tunable

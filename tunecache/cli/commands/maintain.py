@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 from tunecache.cli import render
-from tunecache.cli.device import existing, location, open_cache
+from tunecache.cli.device import existing, local_only, location, open_cache
 from tunecache.cli.exits import EXIT_PROBLEMS, UsageError
 from tunecache.cli.options import shown_limit
 from tunecache.errors import BadArgumentError
@@ -121,6 +121,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     remain."""
     from tunecache import maintain
 
+    local_only(location(args))  # doctor checks a file: integrity, WAL, salvage
     existing(location(args))  # a check of a cache that is not there creates none
     with open_cache(args) as cache, render.progress(args) as progress:
         report = maintain.doctor(cache, repair=args.repair, progress=progress)

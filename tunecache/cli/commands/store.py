@@ -10,7 +10,7 @@ import argparse
 import contextlib
 
 from tunecache.cli import render
-from tunecache.cli.device import database, existing, location, read_cache
+from tunecache.cli.device import database, existing, fleet_url, location, read_cache
 from tunecache.cli.exits import EXIT_PROBLEMS
 from tunecache.cli.options import FILTERS, option_values, shown_limit
 
@@ -28,6 +28,30 @@ if TYPE_CHECKING:
 __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", "cmd_sql"]
 
 
+class _Shown(Exception):
+    """`where` has what it shows of a fleet store: the local cache is not looked at."""
+
+
+def _fleet_where(url: str, fingerprint: str) -> dict[str, Any]:
+    """What `where` shows of the fleet store at `url`: its masked URL, revision and this
+    device's entries there, and whether this role may write it; nothing is created."""
+    from tunecache.store.engine import DEFAULT_BUSY_TIMEOUT
+    from tunecache.store.opening import fleet_summary
+    from tunecache.store.urls import mask
+
+    revision, entries, denied = fleet_summary(url, fingerprint, DEFAULT_BUSY_TIMEOUT)
+    info: dict[str, Any] = {
+        "database": mask(url),
+        "exists": revision is not None,
+        "revision": revision,
+        "entries": entries,
+        "writable": denied is None,
+    }
+    if denied:
+        info["readonly_reason"] = denied
+    return info
+
+
 def cmd_where(args: argparse.Namespace) -> int:
     """Print the device identity and where its cache lives; it reads, and creates nothing.
     With --db, a file that is not there is an error; at the device's own location, where it
@@ -39,7 +63,11 @@ def cmd_where(args: argparse.Namespace) -> int:
     found = location(args)
     device = found["device"]
     info: dict[str, Any] = {"device": device.as_dict(), "fingerprint": device.fingerprint}
+    url = fleet_url(found)
     try:
+        if url is not None:
+            info.update(_fleet_where(url, device.fingerprint))
+            raise _Shown
         with read_cache(found) as reader:
             info.update(
                 database=str(reader.path),
@@ -50,6 +78,8 @@ def cmd_where(args: argparse.Namespace) -> int:
             )
             if reader.readonly_reason:
                 info["readonly_reason"] = reader.readonly_reason
+    except _Shown:
+        pass
     except NoCacheError:
         if args.db is not None:
             raise
