@@ -264,14 +264,18 @@ def _tune_key(
 
 
 def _choice(record: TimingRecord, best: str | None, heuristic: str) -> str:
-    """The bench's best where it measured faster than the heuristic, else the heuristic."""
+    """The bench's best where it measured faster than the heuristic by more than the bench's
+    indifference (`bench.INDIFFERENCE`: a tie is no reason to leave the heuristic), else the
+    heuristic."""
+    from tunecache.bench import INDIFFERENCE
+
     medians = {
         c.name: c.median for c in record.candidates if c.error is None and c.median is not None
     }
     if best is None or best == heuristic or best not in medians:
         return heuristic
     theirs = medians.get(heuristic)
-    return best if theirs is None or medians[best] < theirs else heuristic
+    return best if theirs is None or medians[best] * (1 + INDIFFERENCE) < theirs else heuristic
 
 
 def _speedup(record: TimingRecord, choice: str, heuristic: str) -> float | None:
