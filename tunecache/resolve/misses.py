@@ -290,7 +290,10 @@ def op_name(op: object) -> str | None:
     if module == "tunecache.dispatch":
         return None  # a Tunable made without a function: nothing names it
     loaded = sys.modules.get(module)
-    where = getattr(loaded, "__file__", None)
+    # A script's __file__ is gone once it has run (at exit): its loader still knows the file.
+    where = getattr(loaded, "__file__", None) or getattr(
+        getattr(loaded, "__loader__", None), "path", None
+    )
     if (module == "__main__" or module.startswith("_tunecache_")) and isinstance(where, str):
         return f"{os.path.abspath(where)}:{qualname}" if where.endswith(".py") else None
     return f"{module}:{qualname}"
