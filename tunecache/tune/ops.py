@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import operator
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,10 @@ from tunecache.errors import BadArgumentError, TunecacheError
 from tunecache.evidence import TOO_SLOW, WRONG
 from tunecache.keys import Key
 from tunecache.tune import doubt
+from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
 from tunecache.tune.records import bench_candidates, bound_calls, refused_in
+from tunecache.tune.reports import KeyOutcome
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -53,31 +56,20 @@ __all__ = ["OP_ACTIONS", "OpOutcome", "OpsReport", "inputs_at", "load_op", "ops"
 #: it is, benched but cut short by the key's budget, every candidate raised or was refused; and,
 #: for a pending key only, left pending (its op could not be loaded or benched: the note says)
 OP_ACTIONS = ("benched", "kept", "known", "budget cut", "failed", "left")
+#: `ops`'s bench settings, which `pending` takes too (by keyword, beside the open options)
+_SETTINGS = frozenset({"key_budget", "retune", "rebench", "bench_options"})
 #: the actions after which a pending key is no longer pending
 _DONE = frozenset({"benched", "kept", "known", "budget cut", "failed"})
 
 
 @dataclass(frozen=True)
-class OpOutcome:
-    """What op-level tuning did at one shape: the key, what is chosen now, and why."""
+class OpOutcome(KeyOutcome):
+    """What op-level tuning did at one shape: a `KeyOutcome` of the op alone (its share is 1,
+    its scenario the shape's dims; nothing is tried in whole-model runs), with the bench's
+    speedup of the choice over the heuristic (> 1: faster) and, for a pending key, its op."""
 
-    key: str
-    action: str
-    heuristic: str = ""
-    choice: str = ""
-    #: the heuristic's bench median over the choice's (> 1: the choice is faster)
     speedup: float | None = None
-    entry_id: int | None = None
-    bench_stopped: str = ""
-    wrong: tuple[str, ...] = ()
-    too_slow: tuple[str, ...] = ()
-    doubt: str = ""
-    note: str = ""
     op: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The outcome as plain JSON values."""
-        return {**asdict(self), "wrong": list(self.wrong), "too_slow": list(self.too_slow)}
 
 
 @dataclass(frozen=True)
@@ -198,7 +190,7 @@ def _tune_key(
     from tunecache.tune.profiling import Heavy
 
     names, heuristic = op.candidates, op.heuristic_for(key)
-    said: dict[str, Any] = {"key": key.text, "heuristic": heuristic}
+    said: dict[str, Any] = {"key": key.text, "heuristic": heuristic, **_alone(key)}
     stored = cache.get(key, candidates=names)
     if stored is not None and (stored.status != "unvalidated" or cache.verdicts_on(stored)):
         note = f"a model's decision ({stored.status}): left as it is"
@@ -236,7 +228,12 @@ def _tune_key(
             f"{name}: {text}" for name, text in result.errors.items()
         )
         return OpOutcome(
-            action="failed", bench_stopped=result.stopped, note=note, **refusals, **said
+            action="failed",
+            choice=heuristic,
+            bench_stopped=result.stopped,
+            note=note,
+            **refusals,
+            **said,
         )
     choice = _choice(record, result.best, heuristic)
     speedup = _speedup(record, choice, heuristic)
@@ -261,6 +258,11 @@ def _tune_key(
         **refusals,
         **said,
     )
+
+
+def _alone(key: Key) -> dict[str, Any]:
+    """The fields of a key's outcome that place it in a model, for an op benched alone."""
+    return {"share": 1.0, "scenario": scenario_text(dict(key.dims))}
 
 
 def _choice(record: TimingRecord, best: str | None, heuristic: str) -> str:
@@ -292,27 +294,19 @@ def _speedup(record: TimingRecord, choice: str, heuristic: str) -> float | None:
 
 
 def pending(
-    *,
-    cache: Cache | None = None,
-    key_budget: float | None = KEY_BUDGET,
-    retune: bool = False,
-    rebench: int = REBENCH,
-    bench_options: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
-    **open_options: Any,
+    *, cache: Cache | None = None, progress: Progress | None = None, **options: Any
 ) -> OpsReport:
     """Bench this device's pending keys (`tunecache.record_misses`) as `ops` benches a shape,
     each through the op recorded with it, and clear each one tuned (or found decided by a
     model meanwhile). A key whose op is unknown or cannot be loaded, declares no input maker,
-    or has another candidate list now, stays pending, with a note saying why."""
+    or has another candidate list now, stays pending, with a note saying why. `options` are
+    `ops`'s bench settings (key_budget, retune, rebench, bench_options) and the options of
+    `tunecache.open`."""
     from tunecache.store.pending import pending_keys
-
-    options = session_options(
-        key_budget=key_budget, retune=retune, rebench=rebench, bench_options=bench_options
-    )
     from tunecache.tune.tuner import open_cache
 
-    store, owned = open_cache(cache, open_options)
+    settings = session_options(**{k: v for k, v in options.items() if k in _SETTINGS})
+    store, owned = open_cache(cache, {k: v for k, v in options.items() if k not in _SETTINGS})
     started = time.perf_counter()
     try:
         rows = pending_keys(store.path, store.device.fingerprint)
@@ -324,7 +318,7 @@ def pending(
                 for number, row in enumerate(rows):
                     if progress is not None:
                         progress("benching pending keys", number, len(rows))
-                    outcome = _tune_pending(store, row, options, run_id)
+                    outcome = _tune_pending(store, row, settings, run_id)
                     outcomes.append(outcome)
                     if outcome.action in _DONE:
                         done.append((row.key, row.checksum))
@@ -339,7 +333,14 @@ def _tune_pending(cache: Cache, row: Pending, options: Options, run_id: int | No
     """One pending key: its op loaded, its shape's inputs made, benched; or why not."""
     from tunecache.candidates import checksum
 
-    said: dict[str, Any] = {"key": row.key, "heuristic": row.heuristic, "op": row.op or ""}
+    key = row.parsed()
+    said: dict[str, Any] = {
+        "key": row.key,
+        "heuristic": row.heuristic,
+        "choice": row.heuristic,
+        "op": row.op or "",
+        **_alone(key),
+    }
     if row.op is None:
         return OpOutcome(action="left", note="no op was recorded with it", **said)
     try:
@@ -349,7 +350,6 @@ def _tune_pending(cache: Cache, row: Pending, options: Options, run_id: int | No
     if checksum(op.candidates) != row.checksum:
         note = f"the op's candidates are {list(op.candidates)} now, not {list(row.candidates)}"
         return OpOutcome(action="left", note=note, **said)
-    key = row.parsed()
     try:
         args, kwargs, made = inputs_at(op, dict(key.dims))
     except BadArgumentError as error:
@@ -380,13 +380,14 @@ def load_op(spec: str) -> Tunable[Any, Any]:
     from tunecache.dispatch import Tunable
 
     where, _, attr = spec.rpartition(":")
-    if not where or not attr:
+    if where and attr:
+        module = _module(where)
+    else:
         raise BadArgumentError(f"an op is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
-    value: Any = _module(where)
-    for part in attr.split("."):
-        if not hasattr(value, part):
-            raise BadArgumentError(f"{where!r} has no attribute {attr!r}")
-        value = getattr(value, part)
+    try:
+        value = operator.attrgetter(attr)(module)
+    except AttributeError:
+        raise BadArgumentError(f"{where!r} has no attribute {attr!r}") from None
     if not isinstance(value, Tunable):
         raise BadArgumentError(f"{spec!r} is a {type(value).__name__}, not a tunable op")
     return value
