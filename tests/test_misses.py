@@ -251,3 +251,31 @@ def test_pending_keys_that_cannot_be_benched_stay_pending_with_a_note(
     assert by_key["missmm_m3_k1_n1"].action in ("benched", "kept")
     assert report.cleared == 1
     assert sorted(r.key for r in pending_keys(cache.path)) == ["missmm_m1_k1_n1", "missmm_m2_k1_n1"]
+
+
+def test_a_client_keeps_its_own_pending_keys_and_they_outlive_the_process(
+    tmp_path: Path, cache: Cache
+) -> None:
+    code = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        import tunecache
+        from tunecache.resolve import misses
+        key = tunecache.parse("mm_F16_m128_n64_k32")
+        misses.keep(Path({str(cache.path)!r}), "gpu-fingerprint", key, ("c0", "c1"), "c0",
+                    source="triton", op="matmul_kernel")
+        print("kept", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.split() == ["kept"]
+    (row,) = pending_keys(cache.path, "gpu-fingerprint")
+    assert (row.key, row.source, row.op, row.candidates) == (
+        "mm_F16_m128_n64_k32",
+        "triton",
+        "matmul_kernel",
+        ("c0", "c1"),
+    )
+    assert tunecache.record_misses is misses.record_misses

@@ -49,7 +49,17 @@ if TYPE_CHECKING:
     from tunecache.store.direct import DirectStore
     from tunecache.store.pending import Pending
 
-__all__ = ["CAP", "ENV", "INTERVAL", "MISSED", "Recorder", "noted", "op_name", "record_misses"]
+__all__ = [
+    "CAP",
+    "ENV",
+    "INTERVAL",
+    "MISSED",
+    "Recorder",
+    "keep",
+    "noted",
+    "op_name",
+    "record_misses",
+]
 
 #: the answer sources that are misses: no entry of the key's own answered it
 MISSED = frozenset({"heuristic", "nearest"})
@@ -96,7 +106,7 @@ class Recorder:
         self.error: str | None = None
         self._lock = allocate_lock()
         self._writing = allocate_lock()
-        # (file, device, key, names) -> [heuristic, source, sightings, first, last]
+        # (file, device, key, names) -> [heuristic, source, sightings, first, last, op]
         self._batch: dict[tuple[Path, str, Key, tuple[str, ...]], list[Any]] = {}
         self._seen: set[tuple[Path, str, Key, tuple[str, ...]]] = set()
         self._stores: dict[Path, DirectStore] = {}
@@ -114,8 +124,10 @@ class Recorder:
         names: tuple[str, ...],
         heuristic: str,
         source: str = "heuristic",
+        op: str | None = None,
     ) -> None:
-        """Note one asking of a key without an entry; written later, by the writer."""
+        """Note one asking of a key without an entry; written later, by the writer. `op` names
+        the op (None: the process's tunable op of that signature and list, if any)."""
         import time
 
         now = time.time()
@@ -127,6 +139,7 @@ class Recorder:
             if row is not None:
                 row[2] += 1
                 row[4] = now
+                row[5] = op or row[5]
                 return
             if place not in self._seen:
                 if len(self._seen) >= self.cap:
@@ -134,7 +147,7 @@ class Recorder:
                     return
                 self._seen.add(place)
                 self.recorded += 1
-            self._batch[place] = [heuristic, source, 1, now, now]
+            self._batch[place] = [heuristic, source, 1, now, now, op]
             if self._thread is None:
                 self._start()
 
@@ -224,6 +237,33 @@ class Recorder:
             store.close()
 
 
+_kept: Recorder | None = None
+
+
+def keep(
+    path: Path,
+    device: str,
+    key: Key,
+    candidates: tuple[str, ...],
+    heuristic: str,
+    *,
+    source: str,
+    op: str | None = None,
+) -> None:
+    """Keep a key as pending in the cache file at `path` for the device fingerprint `device`,
+    whether or not misses are being recorded: for a client with keys to tune later (the
+    Triton client's borrowed configs, `source="triton"`). Queued for a recorder of the
+    process's own (the same batches, bound and stdlib writes as `record_misses`), whose last
+    batch is written at exit."""
+    global _kept
+    if _kept is None:
+        _kept = record_misses().recorder
+        import atexit
+
+        atexit.register(_kept.close)
+    _kept.note(path, device, key, candidates, heuristic, source, op)
+
+
 def _by_file(
     batch: dict[tuple[Path, str, Key, tuple[str, ...]], list[Any]],
 ) -> dict[Path, dict[str, list[Pending]]]:
@@ -235,13 +275,13 @@ def _by_file(
     from tunecache.store.pending import Pending
 
     out: dict[Path, dict[str, list[Pending]]] = {}
-    for (path, device, key, names), (heuristic, source, count, first, last) in batch.items():
+    for (path, device, key, names), (heuristic, source, count, first, last, op) in batch.items():
         item = Pending(
             format_key(key),
             checksum(names),
             names,
             heuristic,
-            _op_for(key, names),
+            op or _op_for(key, names),
             source,
             count,
             datetime.fromtimestamp(first, UTC),
