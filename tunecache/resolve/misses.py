@@ -112,7 +112,11 @@ class Recorder:
         self._stores: dict[Path, DirectStore] = {}
         self._thread: Thread | None = None
         self._stop: Event | None = None
-        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            import weakref
+
+            forked = weakref.WeakMethod(self._forked)
+            os.register_at_fork(after_in_child=lambda: _call(forked()))
 
     # -- the asking side ------------------------------------------------------------------------
 
@@ -133,8 +137,6 @@ class Recorder:
         now = time.time()
         place = (path, device, key, names)
         with self._lock:
-            if self._pid != os.getpid():
-                self._forked()
             row = self._batch.get(place)
             if row is not None:
                 row[2] += 1
@@ -152,9 +154,12 @@ class Recorder:
                 self._start()
 
     def _forked(self) -> None:
-        """In a child of a fork: what the parent noted is the parent's to write."""
-        self._pid = os.getpid()
-        self._batch.clear()
+        """In a child of a fork: what the parent noted is the parent's to write, and its locks
+        and thread are not the child's (a lock the parent's writer held would never open)."""
+        from _thread import allocate_lock
+
+        self._lock, self._writing = allocate_lock(), allocate_lock()
+        self._batch = {}
         self._thread = self._stop = None
         self._stores = {}
 
@@ -171,8 +176,14 @@ class Recorder:
         self._thread, self._stop = thread, stop
 
     def _work(self, stop: Event) -> None:
+        # The thread ends once a batch finds nothing new, so an idle process holds none of
+        # ours; the next miss starts another.
         while not stop.wait(self.interval):
             self.flush()
+            with self._lock:
+                if not self._batch and self._stop is stop:
+                    self._thread = self._stop = None
+                    return
 
     # -- the writing side -----------------------------------------------------------------------
 
@@ -226,15 +237,23 @@ class Recorder:
 
     def close(self) -> None:
         """Stop the writer's thread and write what is left."""
-        stop, thread = self._stop, self._thread
+        with self._lock:
+            stop, thread = self._stop, self._thread
+            self._thread = self._stop = None
         if stop is not None:
             stop.set()
-        if thread is not None and thread.is_alive() and self._pid == os.getpid():
+        if thread is not None and thread.is_alive():
             thread.join()
-        self._thread = self._stop = None
         self.flush()
         for store in self._stores.values():
             store.close()
+
+
+def _call(method: Any) -> None:
+    """Call a method a weak reference still finds (a recorder dropped since is not kept
+    alive by the fork hook)."""
+    if method is not None:
+        method()
 
 
 _kept: Recorder | None = None
