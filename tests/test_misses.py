@@ -279,3 +279,36 @@ def test_a_client_keeps_its_own_pending_keys_and_they_outlive_the_process(
         ("c0", "c1"),
     )
     assert tunecache.record_misses is misses.record_misses
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_revision_0007_makes_the_pending_table_and_takes_it_back(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.pool import NullPool
+
+    from tunecache.store import migrate
+
+    if backend == "postgresql":
+        url = request.getfixturevalue("pg").url
+    else:
+        url = f"sqlite:///{tmp_path / 'migrated.db'}"
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        for target in ("0004", "0007", "0004", "0007"):
+            with engine.begin() as conn:
+                if target == "0004" and inspect(conn).has_table("pending"):
+                    command.downgrade(migrate.alembic_config(conn), target)
+                else:
+                    command.upgrade(migrate.alembic_config(conn), target)
+                has = inspect(conn).has_table("pending")
+            assert has == (target == "0007")
+        columns = [c["name"] for c in inspect(engine).get_columns("pending")]
+        assert columns == [
+            "id", "device", "key", "signature", "checksum", "candidates", "heuristic", "op",
+            "source", "count", "first_seen", "last_seen",
+        ]  # fmt: skip
+    finally:
+        engine.dispose()
