@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tunecache.dispatch import Tunable, profile, tunable
     from tunecache.keys import Key, format_key, make_key, parse
     from tunecache.resolve import Answer, Table, current, set_default, using
+    from tunecache.resolve.misses import record_misses
 
 __all__ = [
     "__version__",
@@ -51,6 +52,7 @@ __all__ = [
     "Tunable",
     "current",
     "profile",
+    "record_misses",
     "set_default",
     "tunable",
     "using",
@@ -76,6 +78,7 @@ _LAZY = {
     "current": ("tunecache.resolve", "current"),
     "set_default": ("tunecache.resolve", "set_default"),
     "using": ("tunecache.resolve", "using"),
+    "record_misses": ("tunecache.resolve.misses", "record_misses"),
     "Tunable": ("tunecache.dispatch", "Tunable"),
     "profile": ("tunecache.dispatch", "profile"),
     "tunable": ("tunecache.dispatch", "tunable"),

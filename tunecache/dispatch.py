@@ -151,6 +151,19 @@ class Tunable(Generic[P, R]):
 
         return decorate
 
+    #: how to build the op's arguments at a shape, for op-level tuning (`inputs`), or None
+    input_maker: Callable[..., Any] | None = None
+
+    def inputs(self, maker: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: declare how to build this op's arguments at a shape, so that it can be
+        benched without a model (`tunecache.tune.ops`, `tunecache tune-op`, `tune --pending`).
+        `maker(**shape)` gets a shape's entries (its dims by name) and returns the positional
+        arguments as a tuple, or the keyword arguments as a dict."""
+        if not callable(maker):
+            raise BadArgumentError(f"{self.signature}: inputs takes a function of the shape")
+        self.input_maker = maker
+        return maker
+
     # -- calling -------------------------------------------------------------------------------
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

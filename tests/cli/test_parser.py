@@ -69,6 +69,7 @@ def _required(name: str) -> list[str]:
         "import": ["f"],
         "merge": ["s"],
         "tune": ["m:x"],
+        "tune-op": ["m:op"],
     }.get(name, [])
 
 

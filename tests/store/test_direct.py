@@ -163,7 +163,7 @@ def test_it_writes_only_a_current_cache_and_refuses_the_rest_untouched(
         pass
     sql(older, "UPDATE alembic_version SET version_num = '0003'")
     before = _raw_rows(older)
-    with pytest.raises(DirectWriteRefused, match=r"revision \['0003'\], not '0004'"):
+    with pytest.raises(DirectWriteRefused, match=r"revision \['0003'\], not '0007'"):
         DirectStore(older, device).put_many(entry)
     assert _raw_rows(older) == before
 

@@ -177,7 +177,9 @@ def test_golden_database_upgrades_with_its_content(
     after = all_rows(db)
     assert after.pop("alembic_version") == [(migrate.HEAD,)]
     before.pop("alembic_version")
-    assert after == before  # every row of every table, byte for byte
+    # Every row of every table, byte for byte; the tables of later revisions start empty.
+    assert {table: rows for table, rows in after.items() if table in before} == before
+    assert all(rows == [] for table, rows in after.items() if table not in before)
     # The schema a new cache is made with, every index of migration 0004 included.
     assert _schema(db) == _schema_of_new(device, tmp_path)
     blob = after["timing_records"][0][-1]

@@ -58,6 +58,7 @@ __all__ = [
     "DEMO_MODELS",
     "MEASURE",
     "TUNE",
+    "TUNE_OP",
     "SQL",
 ]
 
@@ -300,7 +301,14 @@ MERGE = (
 
 DOCTOR = (option("--repair", action="store_true", help="repair what can be repaired"),)
 
-TUNE_MODELS = (option("model", nargs="+", metavar="MODEL", help="MODULE:ATTR or FILE.py:ATTR"),)
+TUNE_MODELS = (
+    option("model", nargs="*", metavar="MODEL", help="MODULE:ATTR or FILE.py:ATTR"),
+    option(
+        "--pending",
+        action="store_true",
+        help="bench this device's pending keys instead (tunecache pending lists them)",
+    ),
+)
 
 EVALUATE_MODELS = (
     repeatable("--tune", "MODEL", "a model to tune on (default: half of the example models)"),
@@ -340,6 +348,13 @@ TUNE = (
     option("--pairs", type=count_arg, help="paired runs per block"),
     option("--alpha", type=float, help="significance level of the paired test"),
     option("--retune", action="store_true", help="bench again keys that already have evidence"),
+)
+
+#: tune-op's own: the op, its shapes, and the tuner's settings that bear on one op's bench
+TUNE_OP = (
+    option("op", metavar="OP", help="MODULE:ATTR or FILE.py:ATTR naming a tunable op"),
+    repeatable("--shape", "NAME=VALUE,...", "a shape to bench the op at (repeatable)"),
+    *(row for row in TUNE if row.dest in ("key_budget", "retune")),
 )
 
 SQL = (

@@ -89,7 +89,8 @@ class Subcommand(Frozen):
     def run(self) -> Callable[[argparse.Namespace], int]:
         """The function it runs, whose docstring is its description: its module is imported
         now, the first time (a run of one subcommand loads none of the others' modules)."""
-        found: Callable[[argparse.Namespace], int] = getattr(commands, f"cmd_{self.name}")
+        name = self.name.replace("-", "_")
+        found: Callable[[argparse.Namespace], int] = getattr(commands, f"cmd_{name}")
         return found
 
 
@@ -116,6 +117,8 @@ SUBCOMMANDS = (
         "tune models and keep only what makes them faster",
         (*options.TUNE_MODELS, *options.TUNE),
     ),
+    Subcommand("tune-op", "bench one op's candidates at given shapes", options.TUNE_OP),
+    Subcommand("pending", "list the keys recorded without an entry, to tune later"),
     Subcommand(
         "evaluate",
         "tune on some models, measure the cache on held-out ones",

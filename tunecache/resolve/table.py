@@ -19,6 +19,7 @@ from tunecache import paths
 from tunecache.candidates import candidate_names, checksum
 from tunecache.errors import BadArgumentError
 from tunecache.keys import Key, parse
+from tunecache.resolve import misses
 from tunecache.resolve.answer import SOURCES, Answer, Explanation
 from tunecache.resolve.grid import (
     DEFAULT_MAX_DISTANCE,
@@ -274,6 +275,8 @@ class Table:
                 self._memo.clear()
             self._memo[key, names, heuristic] = answer
             self._counts[answer.source] += 1
+            if misses.recorder is not None:  # no entry of its own: kept as pending
+                misses.noted(self._reader, key, names, heuristic, answer)
             return answer
 
     # -- introspection -----------------------------------------------------------------------

@@ -95,7 +95,7 @@ class DirectStore:
     """
 
     def __init__(
-        self, path: Path, device: Device, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+        self, path: Path, device: Device | None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     ) -> None:
         self.path = Path(path)
         self.device = device
@@ -171,6 +171,41 @@ class DirectStore:
             return
         raise _Moved(f"cache database {self.path} was moved aside or replaced while it was open")
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction on the live file, queued behind the writers' lock,
+        at the schema revision this tunecache writes: committed when the block ends, rolled
+        back if it raises. Raises DirectWriteRefused, having written nothing, for a database
+        this writer leaves to `Cache`. The seam for the other rows written this way (the
+        pending keys, `tunecache.store.pending`)."""
+        conn = self._connection()
+        with _errors(self.path, self.busy_timeout):
+            fd = self._queue.acquire()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._check_live(conn)
+                    revisions = _revisions(conn)
+                    if revisions != [HEAD]:
+                        raise DirectWriteRefused(
+                            f"cache database {self.path} is at schema revision {revisions},"
+                            f" not {HEAD!r}"
+                        )
+                    yield conn
+                    if self.before_commit is not None:
+                        self.before_commit()
+                    conn.execute("COMMIT")
+                except BaseException as error:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    if not isinstance(error, Exception) or isinstance(error, _Moved):
+                        # Interrupted anywhere, the connection's state is unknown; or its file
+                        # is no longer the cache: drop it, the next write opens the live one.
+                        self.close()
+                    raise
+            finally:
+                WriteQueue.release(fd)
+
     def put_many(self, entries: Iterable[NewEntry], *, now: datetime | None = None) -> list[int]:
         """Store many decisions in one transaction, as `Cache.put_many` does; their entry ids.
 
@@ -185,27 +220,8 @@ class DirectStore:
             return []
         if any(w.verdicts for w in batch):
             raise BadArgumentError("DirectStore writes entries without verdicts: use put_many")
-        conn = self._connection()
-        with _errors(self.path, self.busy_timeout):
-            fd = self._queue.acquire()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._check_live(conn)
-                    device_id, ids = self._write(conn, batch, now)
-                    if self.before_commit is not None:
-                        self.before_commit()
-                    conn.execute("COMMIT")
-                except BaseException as error:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    if not isinstance(error, Exception) or isinstance(error, _Moved):
-                        # Interrupted anywhere, the connection's state is unknown; or its file
-                        # is no longer the cache: drop it, the next write opens the live one.
-                        self.close()
-                    raise
-            finally:
-                WriteQueue.release(fd)
+        with self.transaction() as conn:
+            device_id, ids = self._write(conn, batch, now)
         self._device_id = device_id
         return ids
 
@@ -213,11 +229,6 @@ class DirectStore:
         self, conn: sqlite3.Connection, batch: Sequence[EntryWrite], now: datetime
     ) -> tuple[int, list[int]]:
         """Every row of the batch, inside the transaction: the device's id and the entries'."""
-        revisions = _revisions(conn)
-        if revisions != [HEAD]:
-            raise DirectWriteRefused(
-                f"cache database {self.path} is at schema revision {revisions}, not {HEAD!r}"
-            )
         for position, write in enumerate(batch):
             found = (
                 write.run_id is None
@@ -252,6 +263,8 @@ class DirectStore:
         if self._device_id is not None:
             return self._device_id
         device = self.device
+        if device is None:
+            raise BadArgumentError("this DirectStore was opened without a device: no entries")
         found = conn.execute(
             "SELECT id FROM devices WHERE fingerprint = ?", (device.fingerprint,)
         ).fetchone()

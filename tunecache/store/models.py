@@ -49,6 +49,7 @@ __all__ = [
     "EntryRow",
     "KeyRow",
     "ModelRow",
+    "PendingRow",
     "RunRow",
     "TimingRecordRow",
     "ValidationRow",
@@ -61,6 +62,7 @@ __all__ = [
     "ENTRIES",
     "KEYS",
     "MODELS",
+    "PENDING",
     "RUNS",
     "TIMING_RECORDS",
     "VALIDATIONS",
@@ -323,6 +325,30 @@ class ValidationRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class PendingRow(Base):
+    """A key a runtime asked for and found no entry for, kept until it is tuned (migration
+    0007, `tunecache.store.pending`): its device's fingerprint, its candidate list, the op."""
+
+    __tablename__ = "pending"
+    __table_args__ = _numbered(UniqueConstraint("device", "key", "checksum"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(Text)
+    signature: Mapped[str] = mapped_column(Text)
+    checksum: Mapped[str] = mapped_column(String(64))
+    #: the candidate names, in order, as a JSON array
+    candidates: Mapped[str] = mapped_column(Text)
+    heuristic: Mapped[str] = mapped_column(Text)
+    #: the op as MODULE:ATTR or FILE.py:ATTR, where the process knew it
+    op: Mapped[str | None] = mapped_column(Text)
+    #: what answered it: "heuristic", "nearest" (borrowed), or a client's word
+    source: Mapped[str] = mapped_column(Text)
+    count: Mapped[int] = mapped_column(Integer)
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 # The views read an entry with its key, device and candidate set, each joined by its foreign key
 # the same way (the text of each view is what the migrations froze; only the order differs).
 _KEY = "JOIN keys k ON k.id = e.key_id\n"
@@ -550,3 +576,4 @@ CANDIDATE_TIMINGS = cast(Table, CandidateTimingRow.__table__)
 MODELS = cast(Table, ModelRow.__table__)
 VALIDATIONS = cast(Table, ValidationRow.__table__)
 RUNS = cast(Table, RunRow.__table__)
+PENDING = cast(Table, PendingRow.__table__)

@@ -65,7 +65,7 @@ SCHEMA_QUERY = (
 )
 
 #: every released revision, oldest first (a test keeps it equal to the migration scripts)
-REVISIONS = ("0001", "0002", "0003", "0004")
+REVISIONS = ("0001", "0002", "0003", "0004", "0007")
 
 #: Every object of the schema: (type, name) -> (the revision that made it, the digest of its
 #: canonical SQL). No revision so far has changed an object an older one made; one that does
@@ -81,6 +81,7 @@ OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     ("table", "entries"): ("0001", "89cbccd4914bb1c9"),
     ("table", "keys"): ("0001", "e0159c897e77b426"),
     ("table", "models"): ("0001", "f76240232d79f15a"),
+    ("table", "pending"): ("0007", "efe0fee0e743d39c"),
     ("table", "runs"): ("0001", "bb2c656a0dc79d9d"),
     ("table", "timing_records"): ("0001", "0716be33fac00a59"),
     ("table", "validations"): ("0001", "d0b6c410296cf89e"),

@@ -42,7 +42,8 @@ The modules, each one job: `model` (what a model is), `options` (every default a
 session's state and writes), `profiling` (steps 1, 2), `checking` (outputs before speed),
 `doubt` (when stored evidence stands), `records` (a key's evidence: stored or benched),
 `benching` (4, 5), `guard` (7), `tuner` (`tune`, `validate`: the passes, and step 3) and
-`heldout` (`evaluate`).
+`heldout` (`evaluate`) and `ops` (`ops`, `pending`: op-level tuning, and the pending keys
+a serving process recorded).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from __future__ import annotations
 from tunecache.errors import TuneInterrupted
 from tunecache.tune.heldout import evaluate
 from tunecache.tune.model import Model, as_model
+from tunecache.tune.ops import OP_ACTIONS, OpOutcome, OpsReport, ops, pending
 from tunecache.tune.options import (
     BENCH_DEFAULTS,
     KEEP,
@@ -77,6 +79,8 @@ __all__ = [
     "tune",
     "validate",
     "evaluate",
+    "ops",
+    "pending",
     "check_evaluate_options",
     "check_tune_options",
     # what they take
@@ -98,5 +102,8 @@ __all__ = [
     "Evaluation",
     "EvaluationRow",
     "OUTCOMES",
+    "OpsReport",
+    "OpOutcome",
+    "OP_ACTIONS",
     "TuneInterrupted",
 ]

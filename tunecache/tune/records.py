@@ -11,7 +11,7 @@ A bench taken because the stored record was doubtful counts itself in its record
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +22,12 @@ from tunecache.tune import doubt
 if TYPE_CHECKING:
     from tunecache.cache import Entry
     from tunecache.codec import CandidateTiming, TimingRecord
+    from tunecache.dispatch import Tunable
+    from tunecache.keys import Key
     from tunecache.tune.profiling import Heavy
     from tunecache.tune.session import Session
 
-__all__ = ["Evidence", "bound_calls", "gather", "refused_in"]
+__all__ = ["Evidence", "bench_candidates", "bound_calls", "gather", "refused_in"]
 
 
 @dataclass(frozen=True)
@@ -142,28 +144,45 @@ def bound_calls(heavy: Heavy) -> dict[str, Callable[[], object]]:
 
 
 def _bench(session: Session, heavy: Heavy, previous: TimingRecord | None) -> bench.BenchResult:
-    """Every candidate of the key in isolation, on the call the profile captured, each one's
-    output compared with the heuristic's as it is probed (`bench.bench(compare=...)`); the
-    candidates found too slow for this budget before are not called again."""
-    functions = bound_calls(heavy)
-    budget = session.options.key_budget
-    refused: dict[str, CandidateTiming] = {}
-    if previous is not None:
-        slow = set(doubt.too_slow_for(previous, budget))
-        refused.update((c.name, c) for c in previous.candidates if c.name in slow)
+    """Every candidate of the key in isolation, on the call the profile captured
+    (`bench_candidates`, with the model's sync and the session's bench options)."""
     options = {
         "sync": session.model.sync,
         "cpu_wait": session.how.cpu_wait,
         **session.options.bench_options,
     }
-    lower_bound = heavy.op.lower_bound(heavy.key)
+    return bench_candidates(
+        heavy.op, heavy.key, bound_calls(heavy), previous, session.options.key_budget, options
+    )
+
+
+def bench_candidates(
+    op: Tunable[Any, Any],
+    key: Key,
+    functions: Mapping[str, Callable[[], object]],
+    previous: TimingRecord | None,
+    budget: float | None,
+    options: Mapping[str, Any],
+) -> bench.BenchResult:
+    """Every candidate of an op at a key in isolation (`functions`: each one's call with no
+    arguments), each one's output compared with the heuristic's as it is probed
+    (`bench.bench(compare=...)`), within `budget`; the candidates `previous` found too slow for
+    this budget are not called again, and the op's lower bound stops the bench early. `options`
+    are `bench.bench`'s others (sync, cpu_wait, samples). The tuner's bench and the op-level
+    one's (`tunecache.tune.ops`)."""
+    refused: dict[str, CandidateTiming] = {}
+    if previous is not None:
+        slow = set(doubt.too_slow_for(previous, budget))
+        refused.update((c.name, c) for c in previous.candidates if c.name in slow)
+    given = dict(options)
+    lower_bound = op.lower_bound(key)
     if lower_bound is not None:
-        options.setdefault("lower_bound", lower_bound)
+        given.setdefault("lower_bound", lower_bound)
     return bench.bench(
         functions,
         budget=budget,
         refused=refused,
-        reference=heavy.heuristic,
-        compare=heavy.op.compare,
-        **options,
+        reference=op.heuristic_for(key),
+        compare=op.compare,
+        **given,
     )

@@ -3,7 +3,7 @@
 Each `cmd_*` takes the parsed arguments and returns the exit status; its docstring is the
 subcommand's description in `--help`. They are grouped by what they drive: the store's reads
 (`store`), its upkeep (`maintain`), moving entries between caches (`exchange`) and tuning
-(`tuning`).
+(`tuning`), and the offline workflow (`offline`: tune-op, pending).
 
 Each name loads its module on first use: a run of `tunecache list` imports `store` alone, and
 none of what export, prune or tune need.
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from tunecache.cli.commands.exchange import cmd_export, cmd_import, cmd_merge
     from tunecache.cli.commands.maintain import cmd_doctor, cmd_prune
+    from tunecache.cli.commands.offline import cmd_pending, cmd_tune_op
     from tunecache.cli.commands.store import (
         cmd_explain,
         cmd_inspect,
@@ -43,6 +44,8 @@ __all__ = [
     "cmd_tune",
     "cmd_demo",
     "cmd_evaluate",
+    "cmd_tune_op",
+    "cmd_pending",
 ]
 
 #: the module of this package that defines each subcommand's function
@@ -61,6 +64,8 @@ _HOMES = {
     "cmd_tune": "tuning",
     "cmd_demo": "tuning",
     "cmd_evaluate": "tuning",
+    "cmd_tune_op": "offline",
+    "cmd_pending": "offline",
 }
 
 

@@ -183,9 +183,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     an entry only when the whole model gets faster (paired runs), and write it to the cache.
     MODEL is MODULE:ATTR or FILE.py:ATTR naming a tunecache.tune.Model, a callable, or a list or
     dict of them. Ctrl-C keeps what was accepted (exit 130); an exception from the model's own
-    code is reported with its type, message and line (exit 9)."""
+    code is reported with its type, message and line (exit 9). With --pending, it benches
+    this device's pending keys instead (tunecache pending), each through its recorded op."""
     from tunecache import tune
 
+    if args.pending:
+        from tunecache.cli.commands.offline import tune_pending
+
+        return tune_pending(args)
+    if not args.model:
+        raise UsageError("tune needs a MODEL (MODULE:ATTR or FILE.py:ATTR), or --pending")
     models = [m for spec in args.model for m in _load_models(spec)]
     roots = user_roots(_spec_modules(args.model))
     reports = []
