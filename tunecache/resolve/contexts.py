@@ -1,45 +1,155 @@
 """The table in force: the process default, or the one a thread or task is `using`.
 
-The two places a table is kept are public for the dispatch layer, which reads them on every
-call of a tunable op (a ContextVar read and a module-global read cost what a function call would
-only add to): `context_table` and `default_table`. Set them only through `using` and
-`set_default`, which check what they are given.
+The places a table is kept are public for the dispatch layer, which reads them on every call of
+a tunable op (a ContextVar read and an attribute read cost what a function call would only add
+to): `context_table`, `default_table` and `hot`. Set them only through `using`, `set_default`
+and `hot`'s methods, which check what they are given.
+
+Until `set_default` names one, the default table is decided on first need (`settle`): where an
+identity is configured (`tunecache.configure`, or TUNECACHE_CLIENT, TUNECACHE_CLIENT_VERSION,
+TUNECACHE_THREADS), it is that device's table, opened then (`Table.open()`: nothing is read
+before the first question, and a missing file is an empty table: nothing is created); where
+none is, or TUNECACHE_DISABLE=1, it is the empty table, as before there was a configuration.
 """
 
 from __future__ import annotations
 
+import warnings
+from _thread import allocate_lock  # threading costs ~2 ms to import; its Lock is this one
 from contextvars import ContextVar
 
-from tunecache.errors import BadArgumentError
+from tunecache import config
+from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
 from tunecache.resolve.table import Table
 
-__all__ = ["context_table", "current", "default_table", "set_default", "using"]
+__all__ = [
+    "HotPath",
+    "context_table",
+    "current",
+    "default_table",
+    "forget_default",
+    "hot",
+    "pending",
+    "set_default",
+    "settle",
+    "using",
+]
 
 _EMPTY = Table.empty()
 
-#: The process default table (initially one with no decisions). Read by dispatch on every call;
-#: set only through `set_default`.
-default_table: Table = _EMPTY
+#: The placeholder the default table is until it is first needed (then `settle` replaces it),
+#: or None once settled. Read by dispatch on a miss; set only here.
+pending: Table | None = Table.empty()
+
+#: The process default table (initially `pending`). Read by dispatch on every call; set only
+#: through `set_default` (and `settle`).
+default_table: Table = pending  # type: ignore[assignment]
 
 #: This thread's or task's table, None outside every `using` block. Read by dispatch on every
 #: call; set only through `using`.
 context_table: ContextVar[Table | None] = ContextVar("tunecache_table", default=None)
 
+# The table settle() decided on (None: none yet, or set_default chose since): a configure()
+# makes it undecided again, as set_default's choice is never.
+_settled: Table | None = None
+_lock = allocate_lock()
+
+
+class HotPath:
+    """What every tunable op's call reads first: `table` is the default table while a call
+    may answer from its memo of that table alone (no profile running), else None."""
+
+    __slots__ = ("paused", "table")
+
+    def __init__(self) -> None:
+        self.paused = 0
+        self.table: Table | None = None
+
+    def refresh(self) -> None:
+        """Follow the default table and the pauses."""
+        self.table = None if self.paused else default_table
+
+    def pause(self) -> None:
+        """Send every call through the full path (a profile is recording) until `resume`."""
+        with _lock:
+            self.paused += 1
+            self.refresh()
+
+    def resume(self) -> None:
+        """End one `pause`."""
+        with _lock:
+            self.paused = max(0, self.paused - 1)
+            self.refresh()
+
+
+#: The one HotPath of the process.
+hot = HotPath()
+hot.refresh()
+
 
 def current() -> Table:
-    """The table in force here: this context's (`using`), else the process default."""
+    """The table in force here: this context's (`using`), else the process default (decided
+    on this first need where no `set_default` named one: `settle`)."""
     table = context_table.get()
-    return default_table if table is None else table
+    if table is None:
+        table = default_table
+        if table is pending:
+            return settle()
+    return table
 
 
 def set_default(table: Table | None) -> Table:
-    """Make `table` the process default (None: the empty table); returns the previous one."""
-    global default_table
+    """Make `table` the process default (None: the empty table, whatever is configured);
+    returns the previous one."""
+    global default_table, _settled
     if table is not None and not isinstance(table, Table):
         raise BadArgumentError(f"set_default takes a Table, got {type(table).__name__}")
-    previous = default_table
-    default_table = _EMPTY if table is None else table
+    with _lock:
+        previous = default_table
+        default_table = _EMPTY if table is None else table
+        _settled = None
+        hot.refresh()
     return previous
+
+
+def settle() -> Table:
+    """The process default table, decided now where it is still `pending`: the configured
+    identity's table (`Table.open()`), or the empty table where no identity is configured or
+    TUNECACHE_DISABLE=1. A configuration that cannot be used (a bad TUNECACHE_THREADS, a client
+    without its version) is said once, as a TunecacheWarning, and the empty table serves."""
+    global default_table, pending, _settled
+    with _lock:
+        if default_table is not pending:
+            return default_table
+        table = _EMPTY
+        try:
+            if config.is_configured() and not config.disabled():
+                table = Table.open()
+        except TunecacheError as error:
+            warnings.warn(
+                f"the configured cache is not used, every tunable op runs its heuristic: {error}",
+                TunecacheWarning,
+                stacklevel=3,
+            )
+        default_table, pending, _settled = table, None, table
+        hot.refresh()
+        return table
+
+
+def forget_default() -> None:
+    """Make the default table undecided again, where `settle` decided it (or nothing has yet):
+    the next need decides anew. A table `set_default` named stays."""
+    global default_table, pending, _settled
+    with _lock:
+        if default_table is not pending and default_table is not _settled:
+            return
+        pending = Table.empty()
+        default_table, _settled = pending, None
+        hot.refresh()
+
+
+# A new configuration is the default's to follow, unless set_default chose one.
+config.on_change(forget_default)
 
 
 class using:
