@@ -60,7 +60,7 @@ def registry() -> dict[str, Tunable[Any, Any]]:
 # and an attribute's); `settle` points them at another table, memo first: a call that sees the
 # new table finds its memo.
 _HIT_PATH = """
-def __call__(self, {params}):
+def __call__(self, /, {params}):
     if hot.table is fast_table and get() is None:
         raw = {raw}
         try:
