@@ -55,31 +55,58 @@ def registry() -> dict[str, Tunable[Any, Any]]:
 
 # The hit path of one op, as source: `{params}` is the op's signature, `{raw}` builds the memo's
 # key, `{args}` and `{kwargs}` hand the arguments to the full path, `{forward}` to the candidate.
-# Each op runs it in a namespace of its own, whose globals are the op's shape function, the
-# default table it serves from and its memo of it (a global read is cheaper than a closure's
-# and an attribute's); `settle` points them at another table, memo first: a call that sees the
-# new table finds its memo.
+# Each op runs it in a namespace of its own, whose globals (a global read is cheaper than a
+# closure's or an attribute's) are the op's shape function and what it serves from: the default
+# table `fast_table` with the op's memo of it `fast_memo`, and the last `using` table with its
+# memo, as one tuple `scoped`, so that a thread never pairs one table with another's memo (the
+# default table changes only by set_default, and `settle_default` writes the memo first: a call
+# that sees the new table finds its memo). `hot.table` is the default table, None while a
+# profile runs, and `hot.paused` says one runs (then every call takes the full path);
+# `hot.unscoped` is `hot.table` while no `using` block was ever entered, so a process that
+# never enters one never reads its context either.
 _HIT_PATH = """
 def __call__(self, /, {params}):
-    if hot.table is fast_table and get() is None:
+    if hot.unscoped is fast_table:
         raw = {raw}
         try:
             function = fast_memo[raw]
         except KeyError:
             return slow(self, raw, {args}, {kwargs})
         return function({forward})
+    table = get()
+    if table is None:
+        if hot.table is fast_table:
+            raw = {raw}
+            try:
+                function = fast_memo[raw]
+            except KeyError:
+                return slow(self, raw, {args}, {kwargs})
+            return function({forward})
+    elif not hot.paused:
+        last, memo = scoped
+        if table is last:
+            raw = {raw}
+            try:
+                function = memo[raw]
+            except KeyError:
+                return slow(self, raw, {args}, {kwargs})
+            return function({forward})
     return slow(self, None, {args}, {kwargs})
 
 
-def settle(table, memo):
-    global fast_table, fast_memo
-    fast_memo = memo
-    fast_table = table
+def settle(table, memo, default):
+    global fast_table, fast_memo, scoped
+    if default:
+        fast_memo = memo
+        fast_table = table
+    else:
+        scoped = (table, memo)
 """
 # Names the generated code uses itself: a parameter named so takes the generic form.
 _GENERATED_NAMES = frozenset(
     {"self", "shape", "facts", "hot", "get", "slow", "raw", "function", "KeyError"}
-    | {"fast_table", "fast_memo", "settle", "table", "memo", "__builtins__"}
+    | {"fast_table", "fast_memo", "scoped", "last", "settle", "table", "memo", "default"}
+    | {"__builtins__"}
 )
 _GENERIC = {"params": "*args, **kwargs", "forward": "*args, **kwargs"}
 _GENERIC.update(args="args", kwargs="kwargs")
@@ -113,7 +140,7 @@ def _hit_path(
     facts: Callable[..., Any] | None,
     candidates: Sequence[Callable[..., Any]],
     slow: Callable[..., Any],
-) -> tuple[Callable[..., Any], Callable[[object, dict[Any, Any]], None]]:
+) -> tuple[Callable[..., Any], Callable[[object, dict[Any, Any], bool], None]]:
     """An op's hit path (see the module's docstring) and the function that points it at a
     table and its memo. The exact signature only where it changes nothing: the shape function
     (and `facts`) take the same plain parameters, and every candidate takes them first, in
@@ -139,6 +166,7 @@ def _hit_path(
         code = _compiled[source, raw] = compile(source, where, "exec")
     namespace: dict[str, Any] = {"shape": shape, "facts": facts, "hot": _contexts.hot}
     namespace.update(get=_current.get, slow=slow, fast_table=object(), fast_memo={})
+    namespace["scoped"] = (object(), {})
     # Our own template; the only names put into it are parameter names, checked above.
     exec(code, namespace)
     return namespace["__call__"], namespace["settle"]
@@ -219,7 +247,7 @@ class Tunable(Generic[P, R]):
         self._last: tuple[object, dict[Any, Callable[P, R]]] = (None, {})
         self._keys: dict[Any, tuple[Key, _resolve.Answer]] = {}
         self._lock = threading.Lock()
-        self._settle: Callable[[object, dict[Any, Any]], None] = _no_table
+        self._settle: Callable[[object, dict[Any, Any], bool], None] = _no_table
         for name, function in candidates.items():
             self.add(name, function)
         if isinstance(heuristic, str) and heuristic not in self._candidates:
@@ -279,7 +307,7 @@ class Tunable(Generic[P, R]):
         function, record it where a profile runs, and point the hit path at the default table
         where that is the table in force."""
         table = _current.get()
-        scoped = table is not None
+        default = table is None
         if table is None:
             table = _contexts.default_table
             if table is _contexts.pending:
@@ -294,8 +322,8 @@ class Tunable(Generic[P, R]):
         function = memo.get(raw)
         if function is None:
             function = self._miss(table, memo, raw)
-        if not scoped and _contexts.hot.table is table:
-            self._settle(table, memo)
+        if not _contexts.hot.paused:
+            self._settle(table, memo, default)
         if _profile is None:
             return function(*args, **kwargs)
         result: R = _profile._timed(self, raw, function, args, kwargs)
@@ -397,7 +425,7 @@ class Tunable(Generic[P, R]):
         return f"<Tunable {self.signature} dims={self.dims} candidates={list(self._candidates)}>"
 
 
-def _no_table(table: object, memo: dict[Any, Any]) -> None:
+def _no_table(table: object, memo: dict[Any, Any], default: bool) -> None:
     """The hit path's settle before an op has one (no candidate yet)."""
 
 

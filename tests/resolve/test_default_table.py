@@ -161,3 +161,24 @@ def test_a_configuration_that_cannot_be_used_is_said_once(
         warnings.simplefilter("error")
         op(8)
     assert ran == ["slow", "slow"]
+
+
+def test_giving_the_default_back_gives_it_back_to_the_configuration(
+    _isolated_cache_root: Path,
+) -> None:
+    _tuned(_isolated_cache_root)
+    op = _op()
+    op(8)  # decided: nothing is configured
+    previous = set_default(Table.empty())
+    set_default(previous)
+    tunecache.configure(**IDENTITY)  # type: ignore[arg-type]
+    op(8)
+    assert ran == ["slow", "fast"]
+    # set_default's own choice stays, whatever is configured after it.
+    mine = Table.empty()
+    previous = set_default(mine)
+    try:
+        tunecache.configure(threads=1)
+        assert current() is mine
+    finally:
+        set_default(previous)

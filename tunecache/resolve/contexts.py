@@ -49,25 +49,37 @@ default_table: Table = pending  # type: ignore[assignment]
 #: call; set only through `using`.
 context_table: ContextVar[Table | None] = ContextVar("tunecache_table", default=None)
 
-# The table settle() decided on (None: none yet, or set_default chose since): a configure()
-# makes it undecided again, as set_default's choice is never.
+# The table settle() decided on (None: none yet): while it is the default, a configure()
+# makes the default undecided again, as set_default's own choice never is.
 _settled: Table | None = None
 _lock = allocate_lock()
 
 
 class HotPath:
     """What every tunable op's call reads first: `table` is the default table while a call
-    may answer from its memo of that table alone (no profile running), else None."""
+    outside every `using` block may answer from its memo of that table alone (no profile
+    running), else None; `unscoped` is the same while no `using` block was ever entered in
+    this process (so no context can hold a table, and a call need not look), else None."""
 
-    __slots__ = ("paused", "table")
+    __slots__ = ("paused", "scoped", "table", "unscoped")
 
     def __init__(self) -> None:
         self.paused = 0
+        self.scoped = False
         self.table: Table | None = None
+        self.unscoped: Table | None = None
 
     def refresh(self) -> None:
-        """Follow the default table and the pauses."""
+        """Follow the default table, the pauses and the first `using` block."""
         self.table = None if self.paused else default_table
+        self.unscoped = None if self.scoped else self.table
+
+    def enter_scoped(self) -> None:
+        """A `using` block is entered for the first time: from now on a call looks at its
+        context's table (a context copied inside the block keeps it after the block ends)."""
+        with _lock:
+            self.scoped = True
+            self.refresh()
 
     def pause(self) -> None:
         """Send every call through the full path (a profile is recording) until `resume`."""
@@ -101,13 +113,14 @@ def current() -> Table:
 def set_default(table: Table | None) -> Table:
     """Make `table` the process default (None: the empty table, whatever is configured);
     returns the previous one."""
-    global default_table, _settled
+    global default_table
     if table is not None and not isinstance(table, Table):
         raise BadArgumentError(f"set_default takes a Table, got {type(table).__name__}")
     with _lock:
         previous = default_table
+        # Given back what settle() or the placeholder was (set_default(previous)), the default
+        # is again the configuration's to decide.
         default_table = _EMPTY if table is None else table
-        _settled = None
         hot.refresh()
     return previous
 
@@ -121,7 +134,8 @@ def settle() -> Table:
     with _lock:
         if default_table is not pending:
             return default_table
-        table = _EMPTY
+        # Not _EMPTY, which is set_default(None)'s: that choice is never the configuration's.
+        table = Table.empty()
         try:
             if config.is_configured() and not config.disabled():
                 table = Table.open()
@@ -167,6 +181,8 @@ class using:
         self._table = table
 
     def __enter__(self) -> Table:
+        if not hot.scoped:
+            hot.enter_scoped()
         self._token = context_table.set(self._table)
         return self._table
 
