@@ -13,7 +13,7 @@ import pytest
 import tunecache
 from tests import tune_models as tm
 from tests.conftest import ROOT
-from tunecache import config, identity, tune
+from tunecache import config, identity, pools, tune
 from tunecache._version import __version__
 from tunecache.cache import Cache
 from tunecache.cli import main
@@ -183,7 +183,8 @@ def test_where_says_where_each_field_came_from(
     assert main(["where", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["sources"]["threads"] == "default"
-    assert info["threads_counted"] in ("usable CPUs", "the BLAS pools", "the OpenMP pools")
+    counted = ("usable CPUs", "the BLAS pools", "the OpenMP pools", *pools.SETTINGS)
+    assert info["threads_counted"] in counted
     assert main(["where", "--threads", "4", "--client", "tunecache"]) == 0
     out = capsys.readouterr().out
     assert "4  (argument: --threads)" in out and "tunecache  (argument: --client)" in out

@@ -3,6 +3,7 @@ tuner's one warning about pools of different sizes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -41,7 +42,11 @@ def test_with_numpys_openblas_loaded_the_default_is_what_its_pool_runs() -> None
         assert tunecache.detect(threads=2).threads == 2
 
 
-def test_before_any_blas_is_loaded_threadpoolctl_is_not_imported() -> None:
+def test_before_any_blas_is_loaded_threadpoolctl_is_not_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in pools.SETTINGS:
+        monkeypatch.delenv(var, raising=False)
     probe = (
         "import sys\n"
         "import tunecache\n"
@@ -54,6 +59,37 @@ def test_before_any_blas_is_loaded_threadpoolctl_is_not_imported() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.split() == ["usable", "CPUs", "False", "False"]
+
+
+def test_before_a_blas_loads_the_environment_says_what_its_pool_will_run() -> None:
+    # `tunecache where` loads no BLAS: it must name the folder a numpy program will use.
+    probe = (
+        "import tunecache\n"
+        "from tunecache import identity\n"
+        "print(tunecache.detect().threads, identity.settle()[2])\n"
+        "import numpy\n"
+        "print(tunecache.detect().threads, identity.settle()[2])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in pools.SETTINGS}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**env, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "2"},
+    )
+    assert done.stdout.splitlines() == ["1 OPENBLAS_NUM_THREADS", "1 the BLAS pools"]
+
+
+def test_a_setting_above_the_cpus_runs_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    _plant(monkeypatch, [])
+    for var in pools.SETTINGS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "64,2")
+    assert pools.default_threads(4) == (4, "OMP_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "x")
+    assert pools.default_threads(4) == (4, "usable CPUs")
 
 
 def _plant(monkeypatch: pytest.MonkeyPatch, view: list[dict[str, Any]]) -> None:
@@ -86,6 +122,8 @@ def test_the_default_takes_the_largest_blas_pool_else_openmp(
     _plant(monkeypatch, [OMP])
     assert pools.default_threads(16) == (4, "the OpenMP pools")
     _plant(monkeypatch, [])
+    for var in pools.SETTINGS:
+        monkeypatch.delenv(var, raising=False)
     assert pools.default_threads(16) == (16, "usable CPUs")
 
 

@@ -1,8 +1,10 @@
 """The thread pools that run the work: the BLAS and OpenMP pools this process has loaded.
 
 A device identity's `threads` defaults to what these pools run (`default_threads`): the BLAS
-pools' thread count as threadpoolctl reads it once a BLAS is loaded (numpy loads one), and the
-CPUs this process may use before then. threadpoolctl is imported only once such a library is
+pools' thread count as threadpoolctl reads it once a BLAS is loaded (numpy loads one); before
+then, the count the environment sets for them (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS...), so
+that `tunecache where`, which loads no BLAS, names the folder a numpy program will use; else
+the CPUs this process may use. threadpoolctl is imported only once such a library is
 mapped into the process (`native_pools_loaded`, which reads /proc/self/maps where there is one),
 so the resolver's and the read commands' start never pays for it.
 
@@ -13,6 +15,7 @@ about them (`warn_if_mixed`).
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POOL_LIBRARIES",
+    "SETTINGS",
     "default_threads",
     "describe",
     "mixed",
@@ -43,6 +47,16 @@ POOL_LIBRARIES = (
     b"libiomp",
     b"libomp",
     b"armpl",
+)
+#: the environment variables that set a BLAS pool's size before it is loaded, the first one set
+#: winning (OpenBLAS, which numpy's wheels load, reads the first two before OMP_NUM_THREADS);
+#: a pool never runs more threads than the CPUs it may use
+SETTINGS = (
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "OMP_NUM_THREADS",
 )
 # Where no /proc/self/maps is: the modules whose import loads a BLAS.
 _POOL_MODULES = ("numpy", "scipy", "torch", "sklearn")
@@ -79,13 +93,21 @@ def pools() -> list[dict[str, Any]]:
 
 def default_threads(cpus: int) -> tuple[int, str]:
     """The thread count that runs the work, and what was counted: the largest BLAS pool's
-    (else the largest OpenMP pool's) once one is loaded, else `cpus`."""
+    (else the largest OpenMP pool's) once one is loaded; before then, what the environment
+    tells the pools to run (`SETTINGS`, at most `cpus`), else `cpus`."""
     found = pools()
     for api, label in (("blas", "BLAS"), ("openmp", "OpenMP")):
         counts = [p["num_threads"] for p in found if p["user_api"] == api]
         counts = [n for n in counts if isinstance(n, int) and 1 <= n <= 65536]
         if counts:
             return max(counts), f"the {label} pools"
+    if not found:
+        for var in SETTINGS:
+            text = os.environ.get(var, "").strip()
+            # A list ("4,2", OpenMP's nested levels) sets the outer level first.
+            head = text.split(",", 1)[0].strip()
+            if head.isdigit() and int(head) >= 1:
+                return min(int(head), cpus), var
     return cpus, "usable CPUs"
 
 

@@ -40,8 +40,8 @@ DEVICE = (
     option(
         "--threads",
         type=int,
-        help="thread pool size (default: $TUNECACHE_THREADS, else what the BLAS pools run once "
-        "one is loaded, else usable CPUs)",
+        help="thread pool size (default: $TUNECACHE_THREADS, else what the BLAS pools run: "
+        "$OMP_NUM_THREADS and its kin, else usable CPUs)",
     ),
     option("--accelerator", help="accelerator name, e.g. 'NVIDIA H200'"),
     option("--cpu", help="another CPU model (or GPU name) than this machine's"),
