@@ -67,31 +67,23 @@ def registry() -> dict[str, Tunable[Any, Any]]:
 _HIT_PATH = """
 def __call__(self, /, {params}):
     if hot.unscoped is fast_table:
-        raw = {raw}
-        try:
-            function = fast_memo[raw]
-        except KeyError:
-            return slow(self, raw, {args}, {kwargs})
-        return function({forward})
-    table = get()
-    if table is None:
-        if hot.table is fast_table:
-            raw = {raw}
-            try:
-                function = fast_memo[raw]
-            except KeyError:
-                return slow(self, raw, {args}, {kwargs})
-            return function({forward})
-    elif not hot.paused:
-        last, memo = scoped
-        if table is last:
-            raw = {raw}
-            try:
-                function = memo[raw]
-            except KeyError:
-                return slow(self, raw, {args}, {kwargs})
-            return function({forward})
-    return slow(self, None, {args}, {kwargs})
+        memo = fast_memo
+    else:
+        table = get()
+        if table is None:
+            if hot.table is not fast_table:
+                return slow(self, None, {args}, {kwargs})
+            memo = fast_memo
+        else:
+            last, memo = scoped
+            if table is not last or hot.paused:
+                return slow(self, None, {args}, {kwargs})
+    raw = {raw}
+    try:
+        function = memo[raw]
+    except KeyError:
+        return slow(self, raw, {args}, {kwargs})
+    return function({forward})
 
 
 def settle(table, memo, default):

@@ -20,7 +20,7 @@ from tunecache.errors import BadArgumentError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Unpack
 
     from tunecache.keywords import Identity
 
@@ -257,23 +257,10 @@ def settle(
     return values, sources, counted
 
 
-def detect_fields(
-    *,
-    client: str | None = None,
-    client_version: str | None = None,
-    threads: int | None = None,
-    accelerator: str | None = None,
-    cpu: str | None = None,
-) -> Fields:
+def detect_fields(**identity: Unpack[Identity]) -> Fields:
     """The checked fields of this machine for `client` (see `tunecache.device.detect`); each
     field not given is settled by `tunecache.config` (`settle`)."""
-    return settle(
-        client=client,
-        client_version=client_version,
-        threads=threads,
-        accelerator=accelerator,
-        cpu=cpu,
-    )[0]
+    return settle(**identity)[0]
 
 
 def __getattr__(name: str) -> Any:
