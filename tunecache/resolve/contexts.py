@@ -131,6 +131,7 @@ def settle() -> Table:
     TUNECACHE_DISABLE=1. A configuration that cannot be used (a bad TUNECACHE_THREADS, a client
     without its version) is said once, as a TunecacheWarning, and the empty table serves."""
     global default_table, pending, _settled
+    unusable = None
     with _lock:
         if default_table is not pending:
             return default_table
@@ -140,14 +141,16 @@ def settle() -> Table:
             if config.is_configured() and not config.disabled():
                 table = Table.open()
         except TunecacheError as error:
-            warnings.warn(
-                f"the configured cache is not used, every tunable op runs its heuristic: {error}",
-                TunecacheWarning,
-                stacklevel=3,
-            )
+            unusable = error
         default_table, pending, _settled = table, None, table
         hot.refresh()
-        return table
+    if unusable is not None:  # outside the lock: a warning filter may run any code
+        warnings.warn(
+            f"the configured cache is not used, every tunable op runs its heuristic: {unusable}",
+            TunecacheWarning,
+            stacklevel=4,  # settle, the op's full path, its hit path, and the op's caller
+        )
+    return table
 
 
 def forget_default() -> None:
