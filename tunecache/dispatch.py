@@ -14,10 +14,11 @@ shape builds a Key and resolves it; every later one is a dictionary hit.
 
 The hit path is one function per op, generated when the op is declared (`_hit_path`): where the
 `shape` function and every candidate take the same plain parameters, it has their very
-signature, so a call builds no tuple and no dict of arguments; it reads two values (the default
-table, and this context's `using` table, which must be None) and the op's memo of the default
-table. Anything else (a `using` block, a profile, a miss, a changed default) takes the full path
-(`_slow`), which is the only one that decides.
+signature, so a call builds no tuple and no dict of arguments. In a process that never entered
+a `using` block it reads one value (the default table) before the op's memo of it; once one was
+entered, it reads this context's table too, and serves the last `using` table it met from its
+memo as well. Anything else (a profile, a miss, another table) takes the full path (`_slow`),
+which is the only one that decides, and points the hit path at the table it served.
 
 Profiling (`with tunecache.dispatch.profile() as p:`) records calls and time per key, so the tuner
 can screen the keys that carry the time; while one runs, every call takes the full path.
@@ -59,8 +60,8 @@ def registry() -> dict[str, Tunable[Any, Any]]:
 # closure's or an attribute's) are the op's shape function and what it serves from: the default
 # table `fast_table` with the op's memo of it `fast_memo`, and the last `using` table with its
 # memo, as one tuple `scoped`, so that a thread never pairs one table with another's memo (the
-# default table changes only by set_default, and `settle_default` writes the memo first: a call
-# that sees the new table finds its memo). `hot.table` is the default table, None while a
+# default table changes only by set_default, and `settle` writes its memo first: a call that
+# sees the new table finds its memo). `hot.table` is the default table, None while a
 # profile runs, and `hot.paused` says one runs (then every call takes the full path);
 # `hot.unscoped` is `hot.table` while no `using` block was ever entered, so a process that
 # never enters one never reads its context either.
@@ -102,7 +103,8 @@ _GENERATED_NAMES = frozenset(
 )
 _GENERIC = {"params": "*args, **kwargs", "forward": "*args, **kwargs"}
 _GENERIC.update(args="args", kwargs="kwargs")
-_compiled: dict[tuple[str, str], Any] = {}
+# Compiled once per source (per signature and shape of `raw`), run once per op.
+_compiled: dict[str, Any] = {}
 
 
 def _plain_parameters(function: object) -> tuple[str, ...] | None:
@@ -152,10 +154,10 @@ def _hit_path(
     call = f"shape({fields['forward']})"
     raw = call if facts is None else f"(facts({fields['forward']}), {call})"
     source = _HIT_PATH.format(raw=raw, **fields)
-    code = _compiled.get((source, raw))
+    code = _compiled.get(source)
     if code is None:
         where = f"<tunable hit path ({fields['params']})>"
-        code = _compiled[source, raw] = compile(source, where, "exec")
+        code = _compiled[source] = compile(source, where, "exec")
     namespace: dict[str, Any] = {"shape": shape, "facts": facts, "hot": _contexts.hot}
     namespace.update(get=_current.get, slow=slow, fast_table=object(), fast_memo={})
     namespace["scoped"] = (object(), {})
