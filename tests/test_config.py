@@ -224,3 +224,20 @@ def test_the_resolver_settles_its_identity_without_threadpoolctl() -> None:
     assert "/tune/2.0/" in path and path.endswith("-t3/cache.db")
     loaded = {m.split(".")[0] for m in modules.split()}
     assert not loaded & {"threadpoolctl", "sqlalchemy", "alembic", "numpy"}
+
+
+def test_every_command_reads_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TUNECACHE_CLIENT", "envrt")
+    monkeypatch.setenv("TUNECACHE_CLIENT_VERSION", "3.0")
+    monkeypatch.setenv("TUNECACHE_THREADS", "3")
+    with tunecache.open() as cache:
+        cache.put("op_m4", choice="b", candidates=["a", "b"], heuristic="a", status="accepted")
+    assert main(["list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["count"] == 1
+    assert main(["explain", "op_m4", "--json"]) == 0
+    assert "exact" in capsys.readouterr().out
+    # An option given names another identity, whose cache is not there.
+    assert main(["list", "--threads", "2"]) == 2
+    assert "no cache at" in capsys.readouterr().err
