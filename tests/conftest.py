@@ -153,6 +153,24 @@ def _isolated_cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 @pytest.fixture(autouse=True)
+def _nothing_configured(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No identity configured (`tunecache.configure`, TUNECACHE_CLIENT and the rest) and no
+    lazily opened default table, before and after each test: a test that configures one
+    leaves nothing behind."""
+    from tunecache import config
+    from tunecache.resolve import contexts
+
+    for var in (*config.ENV_VARS.values(), config.DISABLE_VAR):
+        if var != config.ENV_VARS["root"]:
+            monkeypatch.delenv(var, raising=False)
+    config.reset()
+    contexts.forget_default()
+    yield
+    config.reset()
+    contexts.forget_default()
+
+
+@pytest.fixture(autouse=True)
 def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make this process's CPU waits unknown (`tunecache.evidence.cpu_wait` returns None), so
     how busy the machine is never decides what a test's tuner re-benches; a test of that rule

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from tunecache.cache import Cache, Entry
     from tunecache.cache import open_cache as open
     from tunecache.codec import CandidateTiming, TimingRecord
+    from tunecache.config import configure
     from tunecache.device import Device, detect
     from tunecache.dispatch import Tunable, profile, tunable
     from tunecache.keys import Key, format_key, make_key, parse
@@ -36,6 +37,7 @@ __all__ = [
     "Bucketing",
     "Device",
     "Key",
+    "configure",
     "detect",
     "format_key",
     "make_key",
@@ -67,6 +69,7 @@ _LAZY = {
     "parse": ("tunecache.keys", "parse"),
     "Device": ("tunecache.device", "Device"),
     "detect": ("tunecache.device", "detect"),
+    "configure": ("tunecache.config", "configure"),
     "Bucketing": ("tunecache.bucketing", "Bucketing"),
     "Cache": ("tunecache.cache", "Cache"),
     "Entry": ("tunecache.cache", "Entry"),

@@ -113,10 +113,14 @@ class Device(Frozen):
 def detect(**identity: Unpack[Identity]) -> Device:
     """The identity of this machine for `client`, with explicit values taking precedence.
 
-    `threads` is the size of the thread pool the client will run with; by default, every CPU this
-    process may use. `client_version` defaults to tunecache's own version when the client is
-    tunecache itself, and must be given for any other client. `cpu` and `accelerator` name
-    other hardware than what is detected (see `tunecache.identity.detect_fields`).
+    Each of `client`, `client_version` and `threads` not given is what `tunecache.configure()`
+    set, else what the environment says (TUNECACHE_CLIENT, TUNECACHE_CLIENT_VERSION,
+    TUNECACHE_THREADS), else the default (`tunecache.config`). `threads` is the size of the
+    thread pool the client runs with; by default, what the BLAS pools run once a BLAS is loaded
+    (`tunecache.pools.default_threads`), else every CPU this process may use. `client_version`
+    defaults to tunecache's own version when the client is tunecache itself, and must be given
+    for any other client. `cpu` and `accelerator` name other hardware than what is detected
+    (see `tunecache.identity.settle`).
     """
     from tunecache.paths import check_options
 

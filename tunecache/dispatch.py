@@ -12,8 +12,16 @@ A call builds its raw shape tuple with the `shape` function, looks it up in a me
 table (`tunecache.resolve.current()`), and calls the chosen function. Only the first call of each
 shape builds a Key and resolves it; every later one is a dictionary hit.
 
+The hit path is one function per op, generated when the op is declared (`_hit_path`): where the
+`shape` function and every candidate take the same plain parameters, it has their very
+signature, so a call builds no tuple and no dict of arguments. In a process that never entered
+a `using` block it reads one value (the default table) before the op's memo of it; once one was
+entered, it reads this context's table too, and serves the last `using` table it met from its
+memo as well. Anything else (a profile, a miss, another table) takes the full path (`_slow`),
+which is the only one that decides, and points the hit path at the table it served.
+
 Profiling (`with tunecache.dispatch.profile() as p:`) records calls and time per key, so the tuner
-can screen the keys that carry the time. When no profile is active, a call pays one global read.
+can screen the keys that carry the time; while one runs, every call takes the full path.
 """
 
 from __future__ import annotations
@@ -22,8 +30,8 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
+from types import FunctionType, MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from tunecache import resolve as _resolve
 from tunecache.errors import BadArgumentError, BadKeyError
@@ -46,8 +54,130 @@ def registry() -> dict[str, Tunable[Any, Any]]:
     return dict(_registry)
 
 
+# The hit path of one op, as source: `{params}` is the op's signature, `{raw}` builds the memo's
+# key, `{args}` and `{kwargs}` hand the arguments to the full path, `{forward}` to the candidate.
+# Each op runs it in a namespace of its own, whose globals (a global read is cheaper than a
+# closure's or an attribute's) are the op's shape function and what it serves from: the default
+# table `fast_table` with the op's memo of it `fast_memo`, and the last `using` table with its
+# memo, as one tuple `scoped`, so that a thread never pairs one table with another's memo (the
+# default table changes only by set_default, and `settle` writes its memo first: a call that
+# sees the new table finds its memo). `hot.table` is the default table, None while a
+# profile runs, and `hot.paused` says one runs (then every call takes the full path);
+# `hot.unscoped` is `hot.table` while no `using` block was ever entered, so a process that
+# never enters one never reads its context either.
+_HIT_PATH = """
+def __call__(self, /, {params}):
+    if hot.unscoped is fast_table:
+        memo = fast_memo
+    else:
+        table = get()
+        if table is None:
+            if hot.table is not fast_table:
+                return slow(self, None, {args}, {kwargs})
+            memo = fast_memo
+        else:
+            last, memo = scoped
+            if table is not last or hot.paused:
+                return slow(self, None, {args}, {kwargs})
+    raw = {raw}
+    try:
+        function = memo[raw]
+    except KeyError:
+        return slow(self, raw, {args}, {kwargs})
+    return function({forward})
+
+
+def settle(table, memo, default):
+    global fast_table, fast_memo, scoped
+    if default:
+        fast_memo = memo
+        fast_table = table
+    else:
+        scoped = (table, memo)
+"""
+# Names the generated code uses itself: a parameter named so takes the generic form.
+_GENERATED_NAMES = frozenset(
+    {"self", "shape", "facts", "hot", "get", "slow", "raw", "function", "KeyError"}
+    | {"fast_table", "fast_memo", "scoped", "last", "settle", "table", "memo", "default"}
+    | {"__builtins__"}
+)
+_GENERIC = {"params": "*args, **kwargs", "forward": "*args, **kwargs"}
+_GENERIC.update(args="args", kwargs="kwargs")
+# Compiled once per source (per signature and shape of `raw`), run once per op.
+_compiled: dict[str, Any] = {}
+
+
+def _plain_parameters(function: object) -> tuple[str, ...] | None:
+    """The parameter names of a plain Python function that takes only parameters without
+    defaults, positional or by keyword; None for anything else."""
+    if not isinstance(function, FunctionType):
+        return None
+    code = function.__code__
+    if code.co_flags & 0x0C or code.co_kwonlyargcount or code.co_posonlyargcount:
+        return None  # *args or **kwargs, keyword-only or positional-only parameters
+    if function.__defaults__ or function.__kwdefaults__:
+        return None
+    return tuple(code.co_varnames[: code.co_argcount])
+
+
+def _takes_positionally(function: object, names: tuple[str, ...]) -> bool:
+    """Whether a call of `function` with `names` as keywords binds each as a positional call
+    in that order would: a plain Python function whose first parameters are these."""
+    if not isinstance(function, FunctionType):
+        return False
+    code = function.__code__
+    return code.co_argcount >= len(names) and code.co_varnames[: len(names)] == names
+
+
+def _hit_path(
+    shape: Callable[..., Any],
+    facts: Callable[..., Any] | None,
+    candidates: Sequence[Callable[..., Any]],
+    slow: Callable[..., Any],
+) -> tuple[Callable[..., Any], Callable[[object, dict[Any, Any], bool], None]]:
+    """An op's hit path (see the module's docstring) and the function that points it at a
+    table and its memo. The exact signature only where it changes nothing: the shape function
+    (and `facts`) take the same plain parameters, and every candidate takes them first, in
+    order, so handing them on by position binds what handing them on by keyword did."""
+    names = _plain_parameters(shape)
+    exact = (
+        names is not None
+        and not _GENERATED_NAMES & set(names)
+        and (facts is None or _plain_parameters(facts) == names)
+        and all(_takes_positionally(c, names) for c in candidates)
+    )
+    if exact and names is not None:
+        joined = ", ".join(names)
+        fields = {"params": joined, "forward": joined, "args": f"({joined},)", "kwargs": "{}"}
+    else:
+        fields = _GENERIC
+    call = f"shape({fields['forward']})"
+    raw = call if facts is None else f"(facts({fields['forward']}), {call})"
+    source = _HIT_PATH.format(raw=raw, **fields)
+    code = _compiled.get(source)
+    if code is None:
+        where = f"<tunable hit path ({fields['params']})>"
+        code = _compiled[source] = compile(source, where, "exec")
+    namespace: dict[str, Any] = {"shape": shape, "facts": facts, "hot": _contexts.hot}
+    namespace.update(get=_current.get, slow=slow, fast_table=object(), fast_memo={})
+    namespace["scoped"] = (object(), {})
+    # Our own template; the only names put into it are parameter names, checked above.
+    exec(code, namespace)
+    return namespace["__call__"], namespace["settle"]
+
+
 class Tunable(Generic[P, R]):
-    """A function with several legal implementations, dispatched through the current table."""
+    """A function with several legal implementations, dispatched through the current table.
+
+    Each op is an instance of a class of its own, made for it (a subclass of Tunable), whose
+    `__call__` is the op's generated hit path (see the module's docstring).
+    """
+
+    if TYPE_CHECKING:
+
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+            """Run the candidate the table in force picks for these arguments."""
+            ...
 
     def __init__(
         self,
@@ -111,6 +241,7 @@ class Tunable(Generic[P, R]):
         self._last: tuple[object, dict[Any, Callable[P, R]]] = (None, {})
         self._keys: dict[Any, tuple[Key, _resolve.Answer]] = {}
         self._lock = threading.Lock()
+        self._settle: Callable[[object, dict[Any, Any], bool], None] = _no_table
         for name, function in candidates.items():
             self.add(name, function)
         if isinstance(heuristic, str) and heuristic not in self._candidates:
@@ -141,6 +272,17 @@ class Tunable(Generic[P, R]):
             self._token = object()
             self._last = (None, {})
             self._keys = {}
+            self._build()
+
+    def _build(self) -> None:
+        """Give this op its hit path for its candidates as they are now (a class of its own)."""
+        call, self._settle = _hit_path(
+            self._shape, self._facts, list(self._candidates.values()), Tunable._slow
+        )
+        base = type(self).__mro__[1] if getattr(type(self), "_per_op", False) else type(self)
+        own = type(base.__name__, (base,), {"__call__": call, "__slots__": (), "_per_op": True})
+        own.__qualname__, own.__module__ = base.__qualname__, base.__module__
+        self.__class__ = own
 
     def candidate(self, name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorator form of `add`."""
@@ -166,19 +308,29 @@ class Tunable(Generic[P, R]):
 
     # -- calling -------------------------------------------------------------------------------
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def _slow(self, raw: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """A call the hit path did not serve: find the table in force (deciding the default
+        where it is still pending), its memo, the raw shape (where `raw` is None) and the
+        function, record it where a profile runs, and point the hit path at the default table
+        where that is the table in force."""
         table = _current.get()
+        default = table is None
         if table is None:
             table = _contexts.default_table
+            if table is _contexts.pending:
+                table = _contexts.settle()
         last_table, memo = self._last
         if last_table is not table:
             memo = self._memo_for(table)
-        raw: Any = self._shape(*args, **kwargs)
-        if self._facts is not None:
-            raw = (self._facts(*args, **kwargs), raw)
+        if raw is None:
+            raw = self._shape(*args, **kwargs)
+            if self._facts is not None:
+                raw = (self._facts(*args, **kwargs), raw)
         function = memo.get(raw)
         if function is None:
             function = self._miss(table, memo, raw)
+        if not _contexts.hot.paused:
+            self._settle(table, memo, default)
         if _profile is None:
             return function(*args, **kwargs)
         result: R = _profile._timed(self, raw, function, args, kwargs)
@@ -278,6 +430,10 @@ class Tunable(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Tunable {self.signature} dims={self.dims} candidates={list(self._candidates)}>"
+
+
+def _no_table(table: object, memo: dict[Any, Any], default: bool) -> None:
+    """The hit path's settle before an op has one (no candidate yet)."""
 
 
 def tunable(
@@ -423,11 +579,13 @@ class Profile:
         global _profile
         self._previous = _profile
         _profile = self
+        _contexts.hot.pause()
         return self
 
     def __exit__(self, *exc: object) -> None:
         global _profile
         _profile = self._previous
+        _contexts.hot.resume()
 
 
 def profile(*, capture: bool = False) -> Profile:

@@ -20,7 +20,7 @@ from tunecache.errors import BadArgumentError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Unpack
 
     from tunecache.keywords import Identity
 
@@ -28,11 +28,13 @@ __all__ = [
     "CHECKED_FIELDS",
     "Fields",
     "Identity",
+    "check_field",
     "check_fields",
     "cpu_model",
     "detect_fields",
     "dirname",
     "fingerprint",
+    "settle",
     "slugify",
     "usable_cpus",
 ]
@@ -180,28 +182,37 @@ def dirname(cpu: str, threads: int) -> str:
     return f"{cpu}-t{threads}"
 
 
+def check_field(name: str, value: object) -> None:
+    """Raise BadArgumentError unless `value` is legal for the checked field `name`."""
+    if name == "cpu" and not _is_slug(value):
+        raise BadArgumentError(f"device cpu must be a slug like 'amd-epyc', got {value!r}")
+    if name == "threads":
+        if not is_int(value):
+            raise BadArgumentError(f"device threads must be an int, got {value!r}")
+        if not 1 <= value <= 65536:
+            raise BadArgumentError(f"device threads must be between 1 and 65536, got {value}")
+    if name == "accelerator" and value is not None and not _is_slug(value):
+        raise BadArgumentError(
+            f"device accelerator must be a slug like 'nvidia-h200' or None, got {value!r}"
+        )
+    if name == "client" and not _matches(value, _ALNUM, _ALNUM + "._-", 64):
+        raise BadArgumentError(
+            f"client name must be letters, digits, '.', '_' or '-', got {value!r}"
+        )
+    if name == "client_version" and not _matches(value, _ALNUM, _ALNUM + ".+!-", 64):
+        raise BadArgumentError(
+            f"client version must be letters, digits, '.', '+', '!' or '-', got {value!r}"
+        )
+
+
 def check_fields(
     cpu: object, threads: object, accelerator: object, client: object, client_version: object
 ) -> None:
     """Raise BadArgumentError unless these are a legal device identity."""
-    if not _is_slug(cpu):
-        raise BadArgumentError(f"device cpu must be a slug like 'amd-epyc', got {cpu!r}")
-    if not is_int(threads):
-        raise BadArgumentError(f"device threads must be an int, got {threads!r}")
-    if not 1 <= threads <= 65536:
-        raise BadArgumentError(f"device threads must be between 1 and 65536, got {threads}")
-    if accelerator is not None and not _is_slug(accelerator):
-        raise BadArgumentError(
-            f"device accelerator must be a slug like 'nvidia-h200' or None, got {accelerator!r}"
-        )
-    if not _matches(client, _ALNUM, _ALNUM + "._-", 64):
-        raise BadArgumentError(
-            f"client name must be letters, digits, '.', '_' or '-', got {client!r}"
-        )
-    if not _matches(client_version, _ALNUM, _ALNUM + ".+!-", 64):
-        raise BadArgumentError(
-            f"client version must be letters, digits, '.', '+', '!' or '-', got {client_version!r}"
-        )
+    for name, value in zip(
+        CHECKED_FIELDS, (cpu, threads, accelerator, client, client_version), strict=True
+    ):
+        check_field(name, value)
 
 
 def fingerprint(values: Fields) -> str:
@@ -211,30 +222,45 @@ def fingerprint(values: Fields) -> str:
     return sha256(text.encode()).hexdigest()[:32]
 
 
-def detect_fields(
+def settle(
     *,
-    client: str = "tunecache",
+    client: str | None = None,
     client_version: str | None = None,
     threads: int | None = None,
     accelerator: str | None = None,
     cpu: str | None = None,
-) -> Fields:
-    """The checked fields of this machine for `client` (see `tunecache.device.detect`)."""
+) -> tuple[Fields, dict[str, str], str | None]:
+    """The checked fields these options name, each one not given settled as
+    `tunecache.config` says (the configuration, the environment, then the default); where
+    each came from (a `tunecache.config.SOURCES` word by field); and, where the threads are
+    the default, what was counted ("usable CPUs", "the BLAS pools"), else None."""
+    from tunecache import config
+
+    client, client_version, threads, sources = config.identity(client, client_version, threads)
     if client_version is None:
-        if client != "tunecache":
-            raise BadArgumentError(
-                f"client {client!r} needs a client_version: decisions are kept per version"
-            )
-        client_version = __version__
+        client_version = __version__  # tunecache itself: config refuses any other client
+    counted = None
+    if threads is None:
+        from tunecache.pools import default_threads
+
+        threads, counted = default_threads(usable_cpus())
     values: Fields = (
         slugify(cpu if cpu is not None else cpu_model()),
-        usable_cpus() if threads is None else threads,
+        threads,
         None if accelerator is None else slugify(accelerator),
         client,
         client_version,
     )
     check_fields(*values)
-    return values
+    sources["cpu"] = "argument" if cpu is not None else "default"
+    sources["accelerator"] = "argument" if accelerator is not None else "default"
+    return values, sources, counted
+
+
+def detect_fields(**identity: Unpack[Identity]) -> Fields:
+    """The checked fields of this machine for `client` (see `tunecache.device.detect`); each
+    field not given is settled by `tunecache.config` (`settle`)."""
+    return settle(**identity)[0]
 
 
 def __getattr__(name: str) -> Any:

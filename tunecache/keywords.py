@@ -19,10 +19,10 @@ __all__ = ["Identity", "Location"]
 
 class Identity(TypedDict, total=False):
     """The keyword options that name a device identity (`detect_fields`, `tunecache.detect`):
-    each one left out is detected, or takes the default `detect_fields` gives it. Their names
-    are CHECKED_FIELDS."""
+    each one left out (or None) is configured (`tunecache.configure`), detected, or takes the
+    default `detect_fields` gives it. Their names are CHECKED_FIELDS."""
 
-    client: str
+    client: str | None
     client_version: str | None
     threads: int | None
     accelerator: str | None

@@ -54,17 +54,17 @@ DATABASE_NAME = "cache.db"
 
 
 def cache_root(client: str = "tunecache", root: str | os.PathLike[str] | None = None) -> Path:
-    """The folder that holds every cache of `client`: the argument, else $TUNECACHE_DIR, else
-    the user cache folder."""
+    """The folder that holds every cache of `client`: the argument, else the root
+    `tunecache.configure()` set, else $TUNECACHE_DIR, else the user cache folder."""
+    from tunecache import config
+
     # Relative roots are made absolute now: a program that changes directory later must not
     # split its cache in two.
-    if root is not None:
-        if not os.fspath(root):
-            raise BadArgumentError("the cache root must not be empty")
-        return Path(root).expanduser().absolute()
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser().absolute()
+    if root is not None and not os.fspath(root):
+        raise BadArgumentError("the cache root must not be empty")
+    named, _ = config.root(root)
+    if named is not None:
+        return Path(named).expanduser().absolute()
     # Imported here: platformdirs is only needed when no explicit root is given.
     import platformdirs
 

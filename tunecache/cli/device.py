@@ -22,6 +22,7 @@ __all__ = [
     "database",
     "device",
     "existing",
+    "sourced",
     "fleet_url",
     "local_only",
     "location",
@@ -31,9 +32,17 @@ __all__ = [
 
 #: the device options, shown under their own heading in every subcommand's --help
 DEVICE = (
-    option("--client", default="tunecache", help="client library name"),
-    option("--client-version", help="client library version (needed with --client)"),
-    option("--threads", type=int, help="thread pool size (default: usable CPUs)"),
+    option("--client", help="client library name (default: $TUNECACHE_CLIENT, else tunecache)"),
+    option(
+        "--client-version",
+        help="client library version (needed with --client; default: $TUNECACHE_CLIENT_VERSION)",
+    ),
+    option(
+        "--threads",
+        type=int,
+        help="thread pool size (default: $TUNECACHE_THREADS, else what the BLAS pools run: "
+        "$OMP_NUM_THREADS and its kin, else usable CPUs)",
+    ),
     option("--accelerator", help="accelerator name, e.g. 'NVIDIA H200'"),
     option("--cpu", help="another CPU model (or GPU name) than this machine's"),
     option(
@@ -48,27 +57,36 @@ DEVICE = (
 
 
 def device(args: argparse.Namespace) -> Any:
-    """The device identity the options name: this machine's, with any field overridden, or
+    """The device identity the options name: this machine's, with any field overridden (each
+    one not named settled by `tunecache.config`: configured, the environment, the default), or
     with --gpu the identity tunecache.triton gives this machine's GPU."""
-    from tunecache.device import detect
+    return sourced(args)[0]
 
+
+def sourced(args: argparse.Namespace) -> tuple[Any, dict[str, str], str | None]:
+    """`device(args)`, where each of its fields came from, and what default threads counted
+    (`tunecache.identity.settle`'s; --gpu names every field: "argument")."""
     if args.gpu is None:
-        return detect(
+        from tunecache.device import Device
+        from tunecache.identity import settle
+
+        fields, sources, counted = settle(
             client=args.client,
             client_version=args.client_version,
             threads=args.threads,
             accelerator=args.accelerator,
             cpu=args.cpu,
         )
-    named = [f"--{n.replace('_', '-')}" for n in ("client_version", "threads", "accelerator", "cpu")
-             if getattr(args, n) is not None]  # fmt: skip
-    if args.client != "tunecache":
-        named.insert(0, "--client")
+        return Device(*fields), sources, counted
+    named = [f"--{n.replace('_', '-')}" for n in ("client", "client_version", "threads",
+             "accelerator", "cpu") if getattr(args, n) is not None]  # fmt: skip
     if named:
         raise UsageError(f"--gpu gives the whole identity: drop {' '.join(named)}")
     from tunecache import triton
 
-    return triton.gpu_device(args.gpu)
+    found = triton.gpu_device(args.gpu)
+    named_all = ("cpu", "threads", "accelerator", "client", "client_version")
+    return found, dict.fromkeys(named_all, "argument"), None
 
 
 def location(args: argparse.Namespace) -> dict[str, Any]:

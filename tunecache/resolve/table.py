@@ -123,7 +123,9 @@ class Table:
         timeout: float = 5.0,
         **location: Unpack[paths.Location],
     ) -> Table:
-        """A table over this device's cache (the same location rules as `tunecache.open`).
+        """A table over this device's cache (the same location rules as `tunecache.open`: each
+        identity field not given is what `tunecache.configure()` set, else the environment's,
+        else the default; see `tunecache.config`).
 
         Nothing is read until the first question; a missing database is an empty table.
         """

@@ -134,6 +134,9 @@ def run_session(
 ) -> TuneReport:
     """One whole session, inside its row of `runs`: tuning keys, or (not `tune_keys`) only
     judging other models' entries."""
+    from tunecache.pools import warn_if_mixed
+
+    warn_if_mixed()  # several BLAS/OpenMP pools of different sizes: once, naming them
     store, owned = open_cache(cache, open_options)
     try:
         session = Session(model, store, options, how)

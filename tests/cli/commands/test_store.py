@@ -41,8 +41,11 @@ def test_where_json_is_stable_for_scripts(_isolated_cache_root: Path) -> None:
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)
     keys = {"device", "fingerprint", "database", "exists", "revision", "entries", "writable"}
+    keys |= {"sources", "root"}
     assert set(info) == keys
     assert info["device"]["threads"] == 3
+    assert info["sources"]["threads"] == info["sources"]["accelerator"] == "argument"
+    assert info["sources"]["client"] == "default"
     assert info["device"]["accelerator"] == "nvidia-h200"
     assert info["database"].endswith("-t3/cache.db")
     assert (info["exists"], info["revision"], info["writable"]) == (False, None, True)

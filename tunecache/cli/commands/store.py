@@ -10,7 +10,7 @@ import argparse
 import contextlib
 
 from tunecache.cli import render
-from tunecache.cli.device import database, existing, fleet_url, location, read_cache
+from tunecache.cli.device import database, existing, fleet_url, location, read_cache, sourced
 from tunecache.cli.exits import EXIT_PROBLEMS
 from tunecache.cli.options import FILTERS, option_values, shown_limit
 
@@ -60,9 +60,12 @@ def cmd_where(args: argparse.Namespace) -> int:
     from tunecache.errors import NoCacheError
     from tunecache.store.wal import note
 
-    found = location(args)
-    device = found["device"]
+    device, sources, counted = sourced(args)
+    found = {"device": device, "root": args.root, "path": args.db}
     info: dict[str, Any] = {"device": device.as_dict(), "fingerprint": device.fingerprint}
+    info["sources"], info["root"] = _sources(args, sources, device.client)
+    if counted is not None:
+        info["threads_counted"] = counted
     url = fleet_url(found)
     try:
         if url is not None:
@@ -97,7 +100,16 @@ def cmd_where(args: argparse.Namespace) -> int:
         render.print_json(info)
         return 0
     width = max(len(k) for k in info["device"]) + 1
-    fields = [(name, "-" if value is None else value) for name, value in info["device"].items()]
+    said = info["sources"]
+    fields = [
+        (name, f"{'-' if value is None else value}  ({_said(name, said[name])})")
+        for name, value in info["device"].items()
+    ]
+    if counted is not None:
+        place = list(info["device"]).index("threads")
+        fields[place] = ("threads", f"{device.threads}  (default: {counted})")
+    if info["root"] is not None:
+        fields.append(("root", f"{info['root']}  ({_said('root', said['root'])})"))
     if info["exists"]:
         fields += [(name, info[name]) for name in ("database", "revision", "entries")]
     else:
@@ -149,6 +161,32 @@ def _row_cells() -> Callable[[ListedEntry], tuple[str, ...]]:
         )
 
     return cells
+
+
+def _sources(
+    args: argparse.Namespace, sources: dict[str, str], client: str
+) -> tuple[dict[str, str], str | None]:
+    """Where each field `where` shows came from (`tunecache.config.SOURCES` words; the
+    default threads also say what was counted), and the cache root (None with --db)."""
+    from tunecache import config, paths
+
+    said = dict(sources)
+    if args.db is not None:
+        said["root"] = "argument"
+        return said, None
+    said["root"] = config.root(args.root)[1]
+    return said, str(paths.cache_root(client, args.root))
+
+
+def _said(name: str, source: str) -> str:
+    """A field's source as `where` prints it: the environment names its variable."""
+    from tunecache.config import ENV_VARS
+
+    if source == "environment" and name in ENV_VARS:
+        return f"environment: {ENV_VARS[name]}"
+    if source == "argument":
+        return f"argument: --{name.replace('_', '-')}"
+    return source
 
 
 def cmd_list(args: argparse.Namespace) -> int:
