@@ -11,6 +11,7 @@ entry and benching a key (3 to 5, `tuner`, `benching`), and the guard (7).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache import accept, evidence
 from tunecache._digest import sha256
+from tunecache.errors import TunecacheError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
@@ -29,6 +31,7 @@ from tunecache.tune.runs import RunFailed, trial
 if TYPE_CHECKING:
     from tunecache.cache import Cache, Entry
     from tunecache.codec import TimingRecord
+    from tunecache.tune.claims import Claims
     from tunecache.tune.profiling import Heavy
 
 __all__ = ["GuardOutcome", "Running", "Session"]
@@ -49,13 +52,17 @@ class GuardOutcome:
 class Running:
     """How a session runs: who hears of its progress, how far its tables borrow a neighbour's
     decision, the clock its budget is read on, how it profiles a run, and how it reads the time
-    this process waited for a CPU (None: `tunecache.evidence.cpu_wait`, looked up when read)."""
+    this process waited for a CPU (None: `tunecache.evidence.cpu_wait`, looked up when read);
+    the clock its claims are read on (seconds since the epoch: processes and hosts compare
+    them) and how it waits between two looks at a key another tuner claims."""
 
     progress: Progress | None = None
     max_distance: float = DEFAULT_MAX_DISTANCE
     clock: Callable[[], float] = time.perf_counter
     profiler: Profiler = wall_profile
     cpu_wait: Callable[[], float | None] | None = None
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float], object] = time.sleep
 
     def waiting(self) -> float | None:
         """Seconds this process has waited for a CPU so far, or None where unknown."""
@@ -97,6 +104,10 @@ class Session:
         self.waited: float | None = None
         #: entries this session accepted: the key, choice and record each was written with
         self.decided: dict[int, tuple[Heavy, str, TimingRecord]] = {}
+        #: this session's claims on the keys it tunes (None: it claims nothing, as validation)
+        self.claims: Claims | None = None
+        #: the heavy key of each outcome, in order (what `settled` resolves again)
+        self.met: list[Heavy] = []
 
     # -- time and progress --------------------------------------------------------------------
 
@@ -125,6 +136,15 @@ class Session:
         self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
         self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
 
+    def refresh(self) -> None:
+        """See what other tuners wrote since the table was opened (a claim this session took
+        over from one): tables over the store as it is now, and this model's verdicts read
+        again. What this session wrote is in the store, so the tables answer as before for it."""
+        self.base = self.base.reload()
+        self.table = self.table.reload()
+        if self.identified:
+            self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
+
     def trial(
         self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
     ) -> tuple[accept.Verdict | None, RunFailed | None]:
@@ -139,6 +159,7 @@ class Session:
     def outcome(self, heavy: Heavy, action: str, **more: Any) -> None:
         """Record what happened to a heavy key, with what the model runs for it now."""
         heuristic = heavy.heuristic
+        self.met.append(heavy)
         self.outcomes.append(
             KeyOutcome(
                 key=heavy.key.text,
@@ -285,7 +306,7 @@ class Session:
             fingerprint=self.fingerprint,
             run_id=self.run_id,
             scenarios=tuple(scenario_text(case) for case in self.cases),
-            keys=tuple(self.outcomes),
+            keys=self.settled(),
             screened=self.screened,
             guard=guard.verdict,
             guard_skipped=guard.skipped,
@@ -296,6 +317,38 @@ class Session:
             interrupted=interrupted,
             budget_spent=self.budget_spent,
         )
+
+    def settled(self) -> tuple[KeyOutcome, ...]:
+        """The outcomes as the cache holds them when the session ends: a key another tuner
+        decided since this session did is reported with what the model runs now (and an
+        entry accepted here but replaced since as "superseded"), never with what this session
+        chose. Keys whose entry this session masked keep their outcome (`masked` says it)."""
+        if not self.outcomes:
+            return ()
+        try:
+            fresh = self.table.reload()
+            answers = [fresh.resolve(h.key, h.op.candidates, h.heuristic) for h in self.met]
+        except TunecacheError:
+            return tuple(self.outcomes)  # a store gone meanwhile: what the session saw
+        out = []
+        for outcome, now in zip(self.outcomes, answers, strict=True):
+            mine = {outcome.entry_id, now.entry_id} & set(self.masked)
+            if now.choice == outcome.choice or mine:
+                out.append(outcome)
+                continue
+            entry = "" if now.entry_id is None else f", entry {now.entry_id}"
+            said = f"the cache serves {now.choice!r} now ({now.source}{entry}): decided since"
+            superseded = outcome.action == "accepted"
+            out.append(
+                dataclasses.replace(
+                    outcome,
+                    action="superseded" if superseded else outcome.action,
+                    choice=now.choice,
+                    entry_id=now.entry_id if superseded else outcome.entry_id,
+                    note="; ".join(n for n in (outcome.note, said) if n),
+                )
+            )
+        return tuple(out)
 
 
 def _gain(verdict: accept.Verdict | None) -> float | None:
