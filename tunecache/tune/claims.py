@@ -180,10 +180,15 @@ class Claims:
             if claim.holder.token != told and waiting is not None:
                 waiting(claim.holder)
                 told = claim.holder.token
-            left = end - self.clock()
-            if left <= 0:
-                return claim
-            sleep(min(poll, left))
+            # Looks between two attempts are reads: waiters take no writers' lock until the
+            # claim looks free.
+            while True:
+                left = end - self.clock()
+                if left <= 0:
+                    return claim
+                sleep(min(poll, left))
+                if self.holder(key) is None:
+                    break
 
     def renew(self) -> int:
         """Push back the expiry of every claim this holder has; how many it still holds."""

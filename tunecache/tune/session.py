@@ -108,6 +108,9 @@ class Session:
         self.claims: Claims | None = None
         #: the heavy key of each outcome, in order (what `settled` resolves again)
         self.met: list[Heavy] = []
+        #: keys whose evidence another tuner wrote while this session ran (`concurrent`)
+        self.concurrent: set[str] = set()
+        self.wall_started = how.wall()
 
     # -- time and progress --------------------------------------------------------------------
 
@@ -144,6 +147,20 @@ class Session:
         self.table = self.table.reload()
         if self.identified:
             self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
+
+    def took_over(self, key: str, until: float) -> None:
+        """Note that this session took `key`'s claim over from another tuner whose claim
+        stood until `until` (seconds since the epoch): read what it wrote, and, when it ended
+        while this session ran, reuse its evidence (`concurrent`)."""
+        self.refresh()
+        if until > self.wall_started:
+            self.concurrent.add(key)
+
+    def reuses(self, key: str) -> bool:
+        """Whether the key's stored evidence is reused even where it is doubtful: another
+        tuner benched it while this session ran, under the very contention this session
+        would bench it again in (a doubtful record is benched again by a later session)."""
+        return key in self.concurrent
 
     def trial(
         self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
@@ -328,27 +345,31 @@ class Session:
         try:
             fresh = self.table.reload()
             answers = [fresh.resolve(h.key, h.op.candidates, h.heuristic) for h in self.met]
+            replaced = [
+                outcome.action == "accepted" and not self._still_decided(heavy, outcome)
+                for outcome, heavy in zip(self.outcomes, self.met, strict=True)
+            ]
         except TunecacheError:
             return tuple(self.outcomes)  # a store gone meanwhile: what the session saw
         out = []
-        for outcome, now in zip(self.outcomes, answers, strict=True):
-            mine = {outcome.entry_id, now.entry_id} & set(self.masked)
-            if now.choice == outcome.choice or mine:
+        for outcome, now, gone in zip(self.outcomes, answers, replaced, strict=True):
+            masked = {outcome.entry_id, now.entry_id} & set(self.masked)
+            if not gone and (now.choice == outcome.choice or masked):
                 out.append(outcome)
                 continue
             entry = "" if now.entry_id is None else f", entry {now.entry_id}"
             said = f"the cache serves {now.choice!r} now ({now.source}{entry}): decided since"
-            superseded = outcome.action == "accepted"
-            out.append(
-                dataclasses.replace(
-                    outcome,
-                    action="superseded" if superseded else outcome.action,
-                    choice=now.choice,
-                    entry_id=now.entry_id if superseded else outcome.entry_id,
-                    note="; ".join(n for n in (outcome.note, said) if n),
-                )
-            )
+            action = "superseded" if outcome.action == "accepted" else outcome.action
+            note = "; ".join(n for n in (outcome.note, said) if n)
+            out.append(dataclasses.replace(outcome, action=action, choice=now.choice, note=note))
         return tuple(out)
+
+    def _still_decided(self, heavy: Heavy, outcome: KeyOutcome) -> bool:
+        """Whether the entry this session accepted for a key still holds the choice it was
+        accepted with."""
+        decided = self.decided.get(outcome.entry_id) if outcome.entry_id is not None else None
+        stored = self.cache.get(heavy.key, candidates=heavy.op.candidates)
+        return decided is not None and stored is not None and stored.choice == decided[1]
 
 
 def _gain(verdict: accept.Verdict | None) -> float | None:

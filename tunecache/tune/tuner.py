@@ -240,7 +240,7 @@ def _claimed_step(
         return True
     try:
         if claim.holder is not None:
-            session.refresh()
+            session.took_over(key, claim.holder.expires_at.timestamp())
         _step(session, heavy, tune_keys=tune_keys)
     finally:
         claims.release(key)
@@ -271,9 +271,10 @@ def _step(session: Session, heavy: Heavy, *, tune_keys: bool) -> None:
 
 def _reopens(session: Session, heavy: Heavy, entry_id: int | None) -> bool:
     """Whether a key masked for this model is taken up again: the entry is one it rejected in
-    an earlier session, nobody vouches for it, and its record is doubtful (`tune.doubt`) and
-    has been benched again fewer than `rebench` times."""
-    if entry_id is None or entry_id in session.masked:
+    an earlier session (not in one that ran beside this one: `Session.reuses`), nobody vouches
+    for it, and its record is doubtful (`tune.doubt`) and has been benched again fewer than
+    `rebench` times."""
+    if entry_id is None or entry_id in session.masked or session.reuses(heavy.key.text):
         return False
     stored = session.cache.get(heavy.key, candidates=heavy.op.candidates)
     if stored is None or stored.id != entry_id or stored.status != "rejected":
