@@ -12,7 +12,8 @@ one bench for that tuner; the counts of all the tuners of a run are summed per k
 each). The wall time runs from the first start to the last exit, and is printed against the
 alone run measured in the same repetition, side by side (target: at most 1.3x). A report agrees
 with the cache when the choice it gives for each key is what the model's runs are answered by
-a table opened on the cache after every tuner ended.
+a table opened on the cache after every tuner ended, and each key it says accepted holds that
+choice, accepted, in the store (on a fleet store, only the latter).
 """
 
 from __future__ import annotations
@@ -102,6 +103,15 @@ def _served(attr: str, root: Path, url: str | None, report: dict[str, Any]) -> d
     return answers
 
 
+def _stored(root: Path, url: str | None) -> dict[str, tuple[str, str]]:
+    """Key text -> (choice, status) of every entry the store holds for this device."""
+    from tunecache.cache import Cache
+
+    os.environ["TUNECACHE_DIR"] = str(root)
+    with Cache.open(url=url) if url is not None else Cache.open() as cache:
+        return {entry.key.text: (entry.choice, entry.status) for entry in cache.entries()}
+
+
 def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, Any]:
     """N tuners on a fresh cache: wall time, benches per key, and whether reports agree."""
     with tempfile.TemporaryDirectory(prefix="bench-tuners-") as folder:
@@ -116,9 +126,15 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
             benched: Counter[str] = Counter()
             heavy: set[str] = set()
             disagree = []
+            stored = _stored(root, store)
             for report in result["reports"]:
-                served = _served(attr, root, store, report)
+                # A fleet store's tuners read their tables from the local file (see
+                # docs/tuning.md): there only the entries themselves are compared.
+                served = {} if store is not None else _served(attr, root, store, report)
                 for outcome in report["keys"]:
+                    entry = stored.get(outcome["key"])
+                    if outcome["action"] == "accepted" and entry != (outcome["choice"], "accepted"):
+                        disagree.append((outcome["key"], "accepted", outcome["choice"], entry))
                     heavy.add(outcome["key"])
                     if outcome["bench_stopped"] not in (None, "stored"):
                         benched[outcome["key"]] += 1
@@ -133,6 +149,7 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
         "benched": {key: benched[key] for key in sorted(heavy)},
         "disagree": disagree,
         "actions": Counter(o["action"] for r in result["reports"] for o in r["keys"]),
+        "seconds": [round(r["seconds"], 2) for r in result["reports"]],
     }
 
 
@@ -162,6 +179,7 @@ def main() -> None:
             print(f"{n:>6} {run['wall']:>7.2f} {run['wall'] / alone:>7.2f} {most:>15}  {agree}")
             print(f"{'':>6} benches per heavy key: {', '.join(map(str, counts.values()))}")
             print(f"{'':>6} actions in all reports: {dict(run['actions'])}")
+            print(f"{'':>6} each session's own seconds: {run['seconds']}")
 
 
 if __name__ == "__main__":
