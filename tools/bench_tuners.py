@@ -13,7 +13,7 @@ each). The wall time runs from the first start to the last exit, and is printed 
 alone run measured in the same repetition, side by side (target: at most 1.3x). A report agrees
 with the cache when the choice it gives for each key is what the model's runs are answered by
 a table opened on the cache after every tuner ended, and each key it says accepted holds that
-choice, accepted, in the store (on a fleet store, only the latter).
+choice, accepted, in the store.
 """
 
 from __future__ import annotations
@@ -81,18 +81,32 @@ def _tuners(n: int, attr: str, root: Path, url: str | None, extra: list[str]) ->
 
 
 def _served(attr: str, root: Path, url: str | None, report: dict[str, Any]) -> dict[str, str]:
-    """What the model's runs are answered, key by key, by a table opened on the cache now (the
-    fleet store's tuners read their tables from the local file too: the same rule)."""
-    from tunecache import dispatch
+    """What the model's runs are answered, key by key, by a table opened on the cache now (on
+    a fleet store, over a mirror of its rows, as its tuners read it)."""
+    from tunecache.cache import Cache
     from tunecache.examples import models
     from tunecache.resolve import Table
-    from tunecache.tune.runs import run_with
+    from tunecache.tune.mirror import Mirror
 
     os.environ["TUNECACHE_DIR"] = str(root)
     model = getattr(models, attr)
-    table = Table.open(
-        model=report["model"], fingerprint=report["fingerprint"], scenarios=model.scenarios
-    )
+    options = {"model": report["model"], "fingerprint": report["fingerprint"]}
+    if url is None:
+        return _answers(model, Table.open(scenarios=model.scenarios, **options))
+    with Cache.open(url=url) as store:
+        mirror = Mirror(store)
+        try:
+            table = Table.open(path=mirror.path, scenarios=model.scenarios, **options)
+            return _answers(model, table)
+        finally:
+            mirror.close()
+
+
+def _answers(model: Any, table: Any) -> dict[str, str]:
+    """Key text -> the choice `table` answers, for every key of one run of each scenario."""
+    from tunecache import dispatch
+    from tunecache.tune.runs import run_with
+
     answers = {}
     with dispatch.profile(capture=True) as profiled:
         run_with(model, table, model.cases())()
@@ -128,9 +142,7 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
             disagree = []
             stored = _stored(root, store)
             for report in result["reports"]:
-                # A fleet store's tuners read their tables from the local file (see
-                # docs/tuning.md): there only the entries themselves are compared.
-                served = {} if store is not None else _served(attr, root, store, report)
+                served = _served(attr, root, store, report)
                 for outcome in report["keys"]:
                     entry = stored.get(outcome["key"])
                     if outcome["action"] == "accepted" and entry != (outcome["choice"], "accepted"):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,12 +15,15 @@ import pytest
 from sqlalchemy import text
 
 from tests import tune_models as tm
-from tests.conftest import ROOT, PgSchema
-from tests.tune.support import NORM, Clock
+from tests.conftest import PgSchema
+from tests.tune.claims_child import benches, spawn, tune_at_once
+from tests.tune.support import NORM, NORM_NAMES, Clock
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.device import Device
+from tunecache.resolve import Table
 from tunecache.tune.claims import Claims, Holder, pid_alive
+from tunecache.tune.mirror import Mirror
 
 KEY = NORM.text
 #: a claim child's options: it stands for host-a, with a minute's ttl
@@ -63,25 +64,10 @@ def test_two_hosts_on_one_fleet_store_hold_claims_against_each_other(
 def test_a_killed_hosts_claim_on_the_fleet_store_stands_until_it_expires(
     store: Cache, pg: PgSchema
 ) -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.tune.claims_child", "hold", pg.url, KEY, *HOST_A],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().split() == [b"claimed", str(child.pid).encode()]
+    with spawn("hold", pg.url, KEY, *HOST_A) as (child, out):
+        assert out.readline().split() == ["claimed", str(child.pid)]
         child.send_signal(signal.SIGKILL)
         child.wait()
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout):
-            if stream is not None:
-                stream.close()
     clock = Clock()
     # host-b cannot see host-a's processes (pid_alive says alive for another host's).
     b = Claims(store, clock=clock, host="host-b", alive=pid_alive)
@@ -102,3 +88,32 @@ def test_a_tuner_into_the_fleet_store_claims_its_keys_there(store: Cache, tmp_pa
     assert KEY in claimed and claimed[KEY] == (os.getpid(), True)  # released when done
     # The local file a pull would fill holds no claim: the fleet store is where they live.
     assert not store.path.exists()
+
+
+def test_a_tuner_into_the_fleet_store_serves_and_reports_what_it_holds(store: Cache) -> None:
+    first = tune.tune(tm.ENCODER, cache=store, share=0.0)
+    (norm,) = [o for o in first.keys if o.key == KEY]
+    entry = store.get(NORM, candidates=NORM_NAMES)
+    assert entry is not None and (norm.action, norm.choice) == ("accepted", entry.choice)
+    assert entry.choice == "vectorized" and first.kept == (entry.id,)
+    again = tune.tune(tm.ENCODER, cache=store, share=0.0)
+    (norm,) = [o for o in again.keys if o.key == KEY]
+    assert (norm.action, norm.choice) == ("known", "vectorized")
+
+
+def test_two_hosts_tuning_into_the_fleet_store_bench_each_key_once(
+    store: Cache, pg: PgSchema
+) -> None:
+    reports = tune_at_once(pg.url)
+    benched = benches(reports)
+    assert benched and set(benched.values()) == {1}, benched
+    mirror = Mirror(store)
+    try:
+        table = Table.open(path=mirror.path, device=store.device, model="encoder")
+        table = table.derive(fingerprint=reports[0]["fingerprint"])
+        for report in reports:
+            (norm,) = [o for o in report["keys"] if o["key"] == KEY]
+            assert table.resolve(NORM, NORM_NAMES, "loop").choice == norm["choice"]
+        table.close()
+    finally:
+        mirror.close()

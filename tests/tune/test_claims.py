@@ -5,21 +5,15 @@ hold a claim, are killed holding one, or tune beside each other, synchronised on
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from tests import tune_models as tm
-from tests.conftest import ROOT
+from tests.tune.claims_child import benches, spawn, tune_at_once
 from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock
 from tunecache import tune
 from tunecache.cache import Cache
@@ -140,7 +134,7 @@ def test_renewing_renews_from_a_thread_and_releases_at_the_end(cache: Cache) -> 
 def test_a_killed_tuners_claim_goes_at_once_on_its_host_and_at_expiry_elsewhere(
     cache: Cache, clock: Clock
 ) -> None:
-    with _child("hold", str(cache.path), KEY) as (child, out):
+    with spawn("hold", str(cache.path), KEY) as (child, out):
         assert out.readline().split() == ["claimed", str(child.pid)]
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -153,7 +147,7 @@ def test_a_killed_tuners_claim_goes_at_once_on_its_host_and_at_expiry_elsewhere(
     clock.now = holder.expires_at.timestamp() + 1
     assert Claims(cache, clock=clock, alive=_always_alive).claim(KEY).taken
     # On its own host, a gone process's claim is taken over at once.
-    with _child("hold", str(cache.path), TOTAL.text) as (child, out):
+    with spawn("hold", str(cache.path), TOTAL.text) as (child, out):
         assert out.readline().startswith("claimed")
         assert not Claims(cache).claim(TOTAL.text).taken  # alive: it keeps it
         child.send_signal(signal.SIGKILL)
@@ -163,7 +157,7 @@ def test_a_killed_tuners_claim_goes_at_once_on_its_host_and_at_expiry_elsewhere(
 
 
 def test_a_tuner_tunes_other_keys_then_waits_for_a_claimed_one(cache: Cache) -> None:
-    with _child("hold", str(cache.path), KEY) as (child, out):
+    with spawn("hold", str(cache.path), KEY) as (child, out):
         assert out.readline().startswith("claimed")
         told: list[str] = []
 
@@ -186,7 +180,7 @@ def test_a_tuner_tunes_other_keys_then_waits_for_a_claimed_one(cache: Cache) -> 
 
 
 def test_a_claim_that_outlasts_the_wait_skips_the_key(cache: Cache) -> None:
-    with _child("hold", str(cache.path), KEY) as (child, out):
+    with spawn("hold", str(cache.path), KEY) as (child, out):
         assert out.readline().startswith("claimed")
         report = tune.tune(tm.ENCODER, cache=cache, share=0.0, claim_wait=0)
     (norm,) = [o for o in report.keys if o.key == KEY]
@@ -198,24 +192,8 @@ def test_a_claim_that_outlasts_the_wait_skips_the_key(cache: Cache) -> None:
 def test_two_tuners_at_once_bench_each_key_once_and_report_what_the_cache_holds(
     cache: Cache,
 ) -> None:
-    with (
-        _child("tune", str(cache.path)) as (a, a_out),
-        _child("tune", str(cache.path)) as (
-            b,
-            b_out,
-        ),
-    ):
-        assert a_out.readline().strip() == b_out.readline().strip() == "ready"
-        for child in (a, b):
-            assert child.stdin is not None
-            child.stdin.write(b"go\n")
-            child.stdin.flush()
-        reports = [json.loads(a_out.readline()), json.loads(b_out.readline())]
-    benched: dict[str, int] = {}
-    for report in reports:
-        for outcome in report["keys"]:
-            fresh = outcome["bench_stopped"] not in (None, "stored")
-            benched[outcome["key"]] = benched.get(outcome["key"], 0) + fresh
+    reports = tune_at_once(str(cache.path))
+    benched = benches(reports)
     assert benched and set(benched.values()) == {1}, benched
     table = Table.open(path=cache.path, device=cache.device, model="encoder")
     table = table.derive(fingerprint=reports[0]["fingerprint"])
@@ -248,39 +226,3 @@ def test_a_report_says_what_the_cache_holds_when_another_tuner_replaced_it(
     # Whatever the guard made of the table meanwhile: the cache holds "loop" for the key.
     assert (norm.action, norm.choice) == ("superseded", "loop")
     assert "decided since" in norm.note
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-class _Lines:
-    """A child's stdout, read line by line as its bytes come."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-
-    def readline(self) -> str:
-        return self.stream.readline().decode()
-
-
-@contextmanager
-def _child(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], _Lines]]:
-    """A claims_child process with pipes on stdin and stdout; killed if still running at the
-    end, its pipes closed."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.tune.claims_child", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert child.stdout is not None
-    try:
-        yield child, _Lines(child.stdout)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout):
-            if stream is not None:
-                stream.close()

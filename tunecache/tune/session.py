@@ -22,6 +22,7 @@ from tunecache import accept, evidence
 from tunecache._digest import sha256
 from tunecache.errors import TunecacheError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
+from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
 from tunecache.tune.profiling import Profiler, wall_profile
@@ -79,8 +80,10 @@ class Session:
         self.how = how
         self.started = how.clock()
         self.cases = model.cases()
+        # A fleet store's rows are read by the tables through a local mirror of them.
+        self.mirror = Mirror(cache) if cache.url is not None else None
         self.base = Table.open(
-            path=cache.path,
+            path=cache.path if self.mirror is None else self.mirror.path,
             device=cache.device,
             model=model.name,
             scenarios=model.scenarios,
@@ -143,10 +146,24 @@ class Session:
         """See what other tuners wrote since the table was opened (a claim this session took
         over from one): tables over the store as it is now, and this model's verdicts read
         again. What this session wrote is in the store, so the tables answer as before for it."""
+        self._mirrored()
         self.base = self.base.reload()
         self.table = self.table.reload()
         if self.identified:
             self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
+
+    def _mirrored(self) -> None:
+        """Bring a fleet store's mirror up to date with what was written (nothing for a file:
+        the tables read it)."""
+        if self.mirror is not None:
+            self.mirror.update()
+
+    def close(self) -> None:
+        """Let go of what the session holds open: its tables' connections, a mirror."""
+        self.table.close()
+        self.base.close()
+        if self.mirror is not None:
+            self.mirror.close()
 
     def took_over(self, key: str, until: float) -> None:
         """Note that this session took `key`'s claim over from another tuner whose claim
@@ -210,6 +227,7 @@ class Session:
             run_id=self.run_id,
             status=status,
         )
+        self._mirrored()
         self._judged(entry_id, verdict_name)
 
     def _judged(self, entry_id: int, verdict_name: str) -> None:
@@ -231,7 +249,7 @@ class Session:
     ) -> Entry:
         """Write an entry for a heavy key, with its timing record, as part of this run."""
         self.wrote = True
-        return self.cache.put(
+        entry = self.cache.put(
             heavy.key,
             choice=choice,
             candidates=heavy.op.candidates,
@@ -241,6 +259,8 @@ class Session:
             status=status,
             run_id=self.run_id,
         )
+        self._mirrored()
+        return entry
 
     def put_judged(
         self,
@@ -283,6 +303,7 @@ class Session:
                 )
             ]
         )
+        self._mirrored()
         self._judged(entry_id, verdict_name)
         return entry_id
 
@@ -343,6 +364,7 @@ class Session:
         if not self.outcomes:
             return ()
         try:
+            self._mirrored()
             fresh = self.table.reload()
             answers = [fresh.resolve(h.key, h.op.candidates, h.heuristic) for h in self.met]
             replaced = [

@@ -146,6 +146,7 @@ def run_session(
     judging other models' entries. A tuning session's claims are renewed while it runs and
     released once its run is closed (a tuner waiting for its guard then finds that run)."""
     store, owned = open_cache(cache, open_options)
+    session = None
     try:
         session = Session(model, store, options, how)
         kind = "tune" if tune_keys else "validate"
@@ -161,6 +162,8 @@ def run_session(
                     raise TuneInterrupted(session.report(interrupted=True)) from None
         return session.report()
     finally:
+        if session is not None:
+            session.close()
         if owned:
             store.close()
 
