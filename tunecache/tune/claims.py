@@ -45,11 +45,15 @@ class Holder(NamedTuple):
 
     host: str
     pid: int
+    #: the holder's own token (`Claims.token`): a pid is reused, and hosts share pids
     token: str
     claimed_at: datetime
+    #: when the claim lapses unless renewed (a released one: when it was released)
     expires_at: datetime
 
-    def __str__(self) -> str:
+    @property
+    def named(self) -> str:
+        """The holder as messages name it: `host pid N`."""
         return f"{self.host} pid {self.pid}"
 
 

@@ -19,7 +19,7 @@ from tunecache.resolve import DEFAULT_MAX_DISTANCE
 from tunecache.tune import doubt
 from tunecache.tune.benching import tune_key
 from tunecache.tune.checking import outputs_differ
-from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT, Claim, Claims
+from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT, Claim, Claims, Holder
 from tunecache.tune.guard import final_guard
 from tunecache.tune.model import Model, as_model
 from tunecache.tune.options import KEEP, KEY_BUDGET, REBENCH, SHARE, Options, session_options
@@ -216,8 +216,8 @@ def _wait(session: Session, key: str, progress: tuple[int, int]) -> Claim:
         left = session.options.budget - (session.how.clock() - session.started)
         deadline = max(0.0, min(deadline, left))
 
-    def waiting(holder: object) -> None:
-        session.tell(f"waiting for {key}, claimed by {holder}", *progress)
+    def waiting(holder: Holder) -> None:
+        session.tell(f"waiting for {key}, claimed by {holder.named}", *progress)
 
     return session.claims.wait(key, deadline, sleep=session.how.sleep, waiting=waiting)
 
@@ -238,7 +238,8 @@ def _claimed_step(
     if not claim.taken:
         if wait is None:
             return False
-        note = f"another tuner ({claim.holder}) still claims it: it tunes the key"
+        holder = "" if claim.holder is None else f" ({claim.holder.named})"
+        note = f"another tuner{holder} still claims it: it tunes the key"
         session.outcome(heavy, "skipped", note=note)
         return True
     try:
