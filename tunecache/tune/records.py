@@ -161,11 +161,12 @@ def _bench(session: Session, heavy: Heavy, previous: TimingRecord | None) -> ben
     lower_bound = heavy.op.lower_bound(heavy.key)
     if lower_bound is not None:
         options.setdefault("lower_bound", lower_bound)
-    return bench.bench(
-        functions,
-        budget=budget,
-        refused=refused,
-        reference=heavy.heuristic,
-        compare=heavy.op.compare,
-        **options,
-    )
+    with session.measuring.held():  # no other tuner of the device times anything meanwhile
+        return bench.bench(
+            functions,
+            budget=budget,
+            refused=refused,
+            reference=heavy.heuristic,
+            compare=heavy.op.compare,
+            **options,
+        )

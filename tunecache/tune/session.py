@@ -22,6 +22,7 @@ from tunecache import accept, evidence
 from tunecache._digest import sha256
 from tunecache.errors import TunecacheError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
+from tunecache.tune.measuring import MeasureLock
 from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
@@ -80,6 +81,8 @@ class Session:
         self.how = how
         self.started = how.clock()
         self.cases = model.cases()
+        #: taken around each bench and trial: one tuner of the device times at a time here
+        self.measuring = MeasureLock(cache.path)
         # A fleet store's rows are read by the tables through a local mirror of them.
         self.mirror = Mirror(cache) if cache.url is not None else None
         self.base = Table.open(
@@ -182,13 +185,16 @@ class Session:
     def trial(
         self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
     ) -> tuple[accept.Verdict | None, RunFailed | None]:
-        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`); how
-        long this process waited for a CPU meanwhile is kept in `waited`."""
-        before, wall = self.how.waiting(), time.perf_counter()
-        try:
-            return trial(self.model, self.options, baseline, candidate, cases)
-        finally:
-            self.waited = evidence.waited(before, self.how.waiting(), time.perf_counter() - wall)
+        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`), timed
+        while no other tuner of the device on this host times anything (`measuring`); how long
+        this process waited for a CPU meanwhile is kept in `waited`."""
+        with self.measuring.held():
+            before, wall = self.how.waiting(), time.perf_counter()
+            try:
+                return trial(self.model, self.options, baseline, candidate, cases)
+            finally:
+                waited = time.perf_counter() - wall
+                self.waited = evidence.waited(before, self.how.waiting(), waited)
 
     def outcome(self, heavy: Heavy, action: str, **more: Any) -> None:
         """Record what happened to a heavy key, with what the model runs for it now."""
