@@ -164,9 +164,6 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
             store = _schema_url(url, schema)
         try:
             result = _tuners(n, attr, root, store, extra)
-            # One more tuner on the finished cache, alone: what every tuner pays with nothing
-            # left to tune (start-up, imports, profiles, the guard's look).
-            idle = _tuners(1, attr, root, store, extra)["wall"]
             benched: Counter[str] = Counter()
             heavy: set[str] = set()
             disagree = []
@@ -178,6 +175,9 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
                     if outcome["bench_stopped"] not in (None, "stored"):
                         benched[outcome["key"]] += 1
                     disagree.extend(_disagreement(report, outcome, stored, served))
+            # Then one more tuner on the finished cache, alone: what every tuner pays with
+            # nothing left to tune (start-up, imports, profiles, the guard's look).
+            idle = _tuners(1, attr, root, store, extra)["wall"]
         finally:
             if schema is not None and url is not None:
                 _schema(url, schema, "DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from tunecache import accept, evidence
 from tunecache._digest import sha256
 from tunecache.errors import TunecacheError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
+from tunecache.tune.claims import Holder, pid_alive
 from tunecache.tune.measuring import MeasureLock
 from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
@@ -168,12 +171,15 @@ class Session:
         if self.mirror is not None:
             self.mirror.close()
 
-    def took_over(self, key: str, until: float) -> None:
-        """Note that this session took `key`'s claim over from another tuner whose claim
-        stood until `until` (seconds since the epoch): read what it wrote, and, when it ended
-        while this session ran, reuse its evidence (`concurrent`)."""
+    def took_over(self, key: str, holder: Holder) -> None:
+        """Note that this session took `key`'s claim over from another tuner (`holder`): read
+        what it wrote, and reuse its evidence where that tuner ran beside this session (its
+        claim ended after this session started, or its process, another one, still runs on
+        this host: `concurrent`)."""
         self.refresh()
-        if until > self.wall_started:
+        # Another process: an earlier session of this one is a later session's predecessor.
+        here = holder.host == platform.node() and holder.pid != os.getpid() and pid_alive(holder)
+        if here or holder.expires_at.timestamp() > self.wall_started:
             self.concurrent.add(key)
 
     def reuses(self, key: str) -> bool:
@@ -365,16 +371,18 @@ class Session:
     def settled(self) -> tuple[KeyOutcome, ...]:
         """The outcomes as the cache holds them when the session ends: a key another tuner
         decided since this session did is reported with what the model runs now (and an
-        entry accepted here but replaced since as "superseded"), never with what this session
-        chose. Keys whose entry this session masked keep their outcome (`masked` says it)."""
+        entry accepted here but replaced or rejected since as "superseded"), never with what
+        this session chose. Keys whose entry this session masked keep their outcome (`masked`
+        says it)."""
         if not self.outcomes:
             return ()
         try:
             self._mirrored()
-            fresh = self.table.reload()
+            # The store's answers, without this session's own forcing of its entries.
+            fresh = self.base.reload()
             answers = [fresh.resolve(h.key, h.op.candidates, h.heuristic) for h in self.met]
             replaced = [
-                outcome.action == "accepted" and not self._still_decided(heavy, outcome)
+                outcome.action == "accepted" and self._replaced(heavy, outcome)
                 for outcome, heavy in zip(self.outcomes, self.met, strict=True)
             ]
         except TunecacheError:
@@ -392,12 +400,15 @@ class Session:
             out.append(dataclasses.replace(outcome, action=action, choice=now.choice, note=note))
         return tuple(out)
 
-    def _still_decided(self, heavy: Heavy, outcome: KeyOutcome) -> bool:
-        """Whether the entry this session accepted for a key still holds the choice it was
-        accepted with."""
+    def _replaced(self, heavy: Heavy, outcome: KeyOutcome) -> bool:
+        """Whether the entry this session accepted for a key no longer stands as it accepted
+        it: another choice was written over it since, or another tuner rejected it (this
+        session's own guard masking it is said by `masked`)."""
         decided = self.decided.get(outcome.entry_id) if outcome.entry_id is not None else None
         stored = self.cache.get(heavy.key, candidates=heavy.op.candidates)
-        return decided is not None and stored is not None and stored.choice == decided[1]
+        if decided is None or stored is None or stored.choice != decided[1]:
+            return True
+        return stored.status != "accepted" and outcome.entry_id not in self.masked
 
 
 def _gain(verdict: accept.Verdict | None) -> float | None:

@@ -244,7 +244,7 @@ def _claimed_step(
         return True
     try:
         if claim.holder is not None:
-            session.took_over(key, claim.holder.expires_at.timestamp())
+            session.took_over(key, claim.holder)
         _step(session, heavy, tune_keys=tune_keys)
     finally:
         claims.release(key)
