@@ -1,12 +1,16 @@
 """One tuner per key (tunecache.tune.claims, tunecache.store.claims): claims taken, renewed,
-released and expired on injected clocks; and real processes (tests/tune/claims_child.py) that
+released and expired on injected clocks; the measurement turns (tunecache.tune.measuring);
+and real processes (tests/tune/claims_child.py) that
 hold a claim, are killed holding one, or tune beside each other, synchronised on their pipes.
 """
 
 from __future__ import annotations
 
+import argparse
 import platform
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +21,13 @@ from tests.tune.claims_child import benches, spawn, tune_at_once
 from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock
 from tunecache import tune
 from tunecache.cache import Cache
+from tunecache.cli.options import TUNE, add_options, option_values
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError
 from tunecache.resolve import Table
 from tunecache.tune.claims import Claims, Holder, pid_alive
+from tunecache.tune.measuring import MeasureLock
+from tunecache.tune.options import TUNE_OPTIONS
 
 KEY = NORM.text
 
@@ -226,3 +233,38 @@ def test_a_report_says_what_the_cache_holds_when_another_tuner_replaced_it(
     # Whatever the guard made of the table meanwhile: the cache holds "loop" for the key.
     assert (norm.action, norm.choice) == ("superseded", "loop")
     assert "decided since" in norm.note
+
+
+def test_the_command_line_waits_as_long_as_claim_wait_says() -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser, TUNE)
+    assert option_values(parser.parse_args(["--claim-wait", "5"]), TUNE)["claim_wait"] == 5.0
+    assert "claim_wait" in TUNE_OPTIONS  # and evaluate passes it on to each tuning
+
+
+_TRY_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print("busy")
+else:
+    print("free")
+"""
+
+
+def test_tuners_of_a_device_take_turns_to_time_things(cache: Cache) -> None:
+    lock = MeasureLock(cache.path)
+
+    def other_process() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", _TRY_LOCK, str(lock.path)], capture_output=True, check=True
+        )
+        return done.stdout.decode().strip()
+
+    with lock.held():
+        with lock.held():  # re-entrant: a trial inside a held block takes no second turn
+            assert other_process() == "busy"
+        assert other_process() == "busy"
+    assert other_process() == "free"
