@@ -348,6 +348,12 @@ TUNE = (
     option("--pairs", type=count_arg, help="paired runs per block"),
     option("--alpha", type=float, help="significance level of the paired test"),
     option("--retune", action="store_true", help="bench again keys that already have evidence"),
+    option(
+        "--claim-wait",
+        type=float,
+        metavar="SECONDS",
+        help="the longest to wait for a key another tuner claims (default 600)",
+    ),
 )
 
 #: tune-op's own: the op, its shapes, and the tuner's settings that bear on one op's bench

@@ -42,6 +42,7 @@ __all__ = [
     "Candidate",
     "CandidateSet",
     "CandidateTimingRow",
+    "ClaimRow",
     "DECISIONS_VIEW",
     "DECISIONS_VIEW_POSTGRES",
     "READ_VIEWS",
@@ -58,6 +59,7 @@ __all__ = [
     "CANDIDATES",
     "CANDIDATE_SETS",
     "CANDIDATE_TIMINGS",
+    "CLAIMS",
     "DEVICES",
     "ENTRIES",
     "KEYS",
@@ -349,6 +351,23 @@ class PendingRow(Base):
     last_seen: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class ClaimRow(Base):
+    """A tuner's claim on one key of one device identity (migration 0005): who holds it, and
+    until when unless renewed (`tunecache.store.claims`)."""
+
+    __tablename__ = "claims"
+    __table_args__ = (Index(None, "token"),)  # a tuner renews and releases all its claims
+
+    device: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    #: the holder: its host, its process, and a token of its own (pids are reused)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    token: Mapped[str] = mapped_column(String(32))
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 # The views read an entry with its key, device and candidate set, each joined by its foreign key
 # the same way (the text of each view is what the migrations froze; only the order differs).
 _KEY = "JOIN keys k ON k.id = e.key_id\n"
@@ -577,3 +596,4 @@ MODELS = cast(Table, ModelRow.__table__)
 VALIDATIONS = cast(Table, ValidationRow.__table__)
 RUNS = cast(Table, RunRow.__table__)
 PENDING = cast(Table, PendingRow.__table__)
+CLAIMS = cast(Table, ClaimRow.__table__)

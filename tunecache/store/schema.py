@@ -65,7 +65,7 @@ SCHEMA_QUERY = (
 )
 
 #: every released revision, oldest first (a test keeps it equal to the migration scripts)
-REVISIONS = ("0001", "0002", "0003", "0004", "0007")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0007")
 
 #: Every object of the schema: (type, name) -> (the revision that made it, the digest of its
 #: canonical SQL). No revision so far has changed an object an older one made; one that does
@@ -77,6 +77,7 @@ OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     ("table", "candidate_sets"): ("0001", "0540e979d049d7d3"),
     ("table", "candidate_timings"): ("0001", "ebcb840ff6628278"),
     ("table", "candidates"): ("0001", "1553d6c04ebdff8b"),
+    ("table", "claims"): ("0005", "c7a19bcbcc67c496"),
     ("table", "devices"): ("0001", "2e2028d156c41261"),
     ("table", "entries"): ("0001", "89cbccd4914bb1c9"),
     ("table", "keys"): ("0001", "e0159c897e77b426"),
@@ -85,6 +86,7 @@ OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     ("table", "runs"): ("0001", "bb2c656a0dc79d9d"),
     ("table", "timing_records"): ("0001", "0716be33fac00a59"),
     ("table", "validations"): ("0001", "d0b6c410296cf89e"),
+    ("index", "ix_claims_token"): ("0005", "f7e32dbf247e336e"),
     ("index", "ix_entries_candidate_set_id"): ("0004", "f65d5c5989f500da"),
     ("index", "ix_entries_device_id_updated_at"): ("0004", "ffe5f3e39129626c"),
     ("index", "ix_entries_key_id"): ("0001", "20735ee6e8fb2f5e"),

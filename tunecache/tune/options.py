@@ -17,6 +17,7 @@ from typing import Any
 from tunecache import accept, bench
 from tunecache.checks import is_int, is_real
 from tunecache.errors import BadArgumentError
+from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT
 from tunecache.tune.doubt import REBENCH
 
 __all__ = [
@@ -79,6 +80,10 @@ class Options:
     bench_options: Mapping[str, Any] = field(default_factory=dict)
     #: how many times a key's doubtful evidence may be benched again (`tunecache.tune.doubt`)
     rebench: int = REBENCH
+    #: seconds a tuner waits for a key another tuner claims, and a claim stands unrenewed
+    #: (`tunecache.tune.claims`)
+    claim_wait: float = CLAIM_WAIT
+    claim_ttl: float = CLAIM_TTL
 
 
 #: `tune`'s options and their defaults, as `session_options` takes them
@@ -93,6 +98,8 @@ TUNE_DEFAULTS: dict[str, Any] = {
     "retune": False,
     "bench_options": None,
     "rebench": REBENCH,
+    "claim_wait": CLAIM_WAIT,
+    "claim_ttl": CLAIM_TTL,
 }
 
 
@@ -114,6 +121,8 @@ def session_options(**given: Any) -> Options:
         retune=values["retune"],
         bench_options=dict(values["bench_options"] or {}),
         rebench=values["rebench"],
+        claim_wait=values["claim_wait"],
+        claim_ttl=values["claim_ttl"],
     )
     _check(options)
     return options
@@ -189,6 +198,10 @@ def _check(options: Options) -> None:
         )
     _seconds("budget", options.budget)
     _seconds("key_budget", options.key_budget)
+    _seconds("claim_wait", options.claim_wait)
+    _seconds("claim_ttl", options.claim_ttl)
+    if not options.claim_ttl:
+        raise BadArgumentError("claim_ttl is a number of seconds > 0")
     if options.key_budget == 0:
         raise BadArgumentError("key_budget is a number of seconds > 0 (None: no limit)")
     unknown = sorted(set(options.bench_options) - set(BENCH_DEFAULTS))

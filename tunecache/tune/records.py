@@ -5,8 +5,10 @@ profile captured, each candidate's output compared with the heuristic's as it is
 
 A fresh bench refuses, without calling them, the candidates a stored record found too slow for
 a budget no larger than this one (`bench.bench(refused=...)`).
-A bench taken because the stored record was doubtful counts itself in its record's settings
-(``rebench``, with ``rebenched_for``: why), so a key is benched again a bounded number of times.
+A record another tuner benched while this session ran is reused, doubtful or not
+(`Session.reuses`). A bench taken because the stored record was doubtful counts itself in its
+record's settings (``rebench``, with ``rebenched_for``: why), so a key is benched again a
+bounded number of times.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def gather(session: Session, heavy: Heavy, stored: Entry | None, current: str) -
     why, count = None, 0
     if previous is not None and not session.options.retune:
         why, count = doubt.doubt(previous), doubt.rebenches(previous)
-        if why is None or count >= session.options.rebench:
+        if why is None or count >= session.options.rebench or session.reuses(heavy.key.text):
             said = "" if why is None else f"reused, though {why} (benched again {count} times)"
             return _lent(session, heavy, previous, said, current)
     result = _bench(session, heavy, previous)
@@ -151,9 +153,10 @@ def _bench(session: Session, heavy: Heavy, previous: TimingRecord | None) -> ben
         "cpu_wait": session.how.cpu_wait,
         **session.options.bench_options,
     }
-    return bench_candidates(
-        heavy.op, heavy.key, bound_calls(heavy), previous, session.options.key_budget, options
-    )
+    with session.measuring.held():  # no other tuner of the device times anything meanwhile
+        return bench_candidates(
+            heavy.op, heavy.key, bound_calls(heavy), previous, session.options.key_budget, options
+        )
 
 
 def bench_candidates(

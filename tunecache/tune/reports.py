@@ -33,8 +33,10 @@ ACTIONS = (
     "masked",  # another model's entry does not help this one; it stops applying here
     "known",  # this model already judged what serves the key in an earlier session
     "failed",  # every candidate raised (or was refused) on the captured arguments
-    "skipped",  # the session's time budget ran out first
+    "skipped",  # the session's time budget ran out first, or another tuner's claim outlasted
+    # the wait for it (`tunecache.tune.claims`)
     "budget cut",  # the key's budget ended its bench before the evidence was complete
+    "superseded",  # accepted here, but another tuner's later decision is what the cache holds
 )
 
 #: how a model measured with a cache compares with its heuristic (`tunecache.stats.classify`)

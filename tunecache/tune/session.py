@@ -11,7 +11,10 @@ entry and benching a key (3 to 5, `tuner`, `benching`), and the guard (7).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache import accept, evidence
 from tunecache._digest import sha256
+from tunecache.errors import TunecacheError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
+from tunecache.tune.claims import Holder, pid_alive
+from tunecache.tune.measuring import MeasureLock
+from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
 from tunecache.tune.profiling import Profiler, wall_profile
@@ -29,6 +36,7 @@ from tunecache.tune.runs import RunFailed, trial
 if TYPE_CHECKING:
     from tunecache.cache import Cache, Entry
     from tunecache.codec import TimingRecord
+    from tunecache.tune.claims import Claims
     from tunecache.tune.profiling import Heavy
 
 __all__ = ["GuardOutcome", "Running", "Session"]
@@ -49,13 +57,17 @@ class GuardOutcome:
 class Running:
     """How a session runs: who hears of its progress, how far its tables borrow a neighbour's
     decision, the clock its budget is read on, how it profiles a run, and how it reads the time
-    this process waited for a CPU (None: `tunecache.evidence.cpu_wait`, looked up when read)."""
+    this process waited for a CPU (None: `tunecache.evidence.cpu_wait`, looked up when read);
+    the clock its claims are read on (seconds since the epoch: processes and hosts compare
+    them) and how it waits between two looks at a key another tuner claims."""
 
     progress: Progress | None = None
     max_distance: float = DEFAULT_MAX_DISTANCE
     clock: Callable[[], float] = time.perf_counter
     profiler: Profiler = wall_profile
     cpu_wait: Callable[[], float | None] | None = None
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float], object] = time.sleep
 
     def waiting(self) -> float | None:
         """Seconds this process has waited for a CPU so far, or None where unknown."""
@@ -72,8 +84,12 @@ class Session:
         self.how = how
         self.started = how.clock()
         self.cases = model.cases()
+        #: taken around each bench and trial: one tuner of the device times at a time here
+        self.measuring = MeasureLock(cache.path)
+        # A fleet store's rows are read by the tables through a local mirror of them.
+        self.mirror = Mirror(cache) if cache.url is not None else None
         self.base = Table.open(
-            path=cache.path,
+            path=cache.path if self.mirror is None else self.mirror.path,
             device=cache.device,
             model=model.name,
             scenarios=model.scenarios,
@@ -97,6 +113,13 @@ class Session:
         self.waited: float | None = None
         #: entries this session accepted: the key, choice and record each was written with
         self.decided: dict[int, tuple[Heavy, str, TimingRecord]] = {}
+        #: this session's claims on the keys it tunes (None: it claims nothing, as validation)
+        self.claims: Claims | None = None
+        #: the heavy key of each outcome, in order (what `settled` resolves again)
+        self.met: list[Heavy] = []
+        #: keys whose evidence another tuner wrote while this session ran (`concurrent`)
+        self.concurrent: set[str] = set()
+        self.wall_started = how.wall()
 
     # -- time and progress --------------------------------------------------------------------
 
@@ -125,20 +148,64 @@ class Session:
         self.table = self.base = self.base.derive(fingerprint=self.fingerprint)
         self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
 
+    def refresh(self) -> None:
+        """See what other tuners wrote since the table was opened (a claim this session took
+        over from one): tables over the store as it is now, and this model's verdicts read
+        again. What this session wrote is in the store, so the tables answer as before for it."""
+        self._mirrored()
+        self.base = self.base.reload()
+        self.table = self.table.reload()
+        if self.identified:
+            self.verdicts = self.cache.verdicts(self.model.name, self.fingerprint)
+
+    def _mirrored(self) -> None:
+        """Bring a fleet store's mirror up to date with what was written (nothing for a file:
+        the tables read it)."""
+        if self.mirror is not None:
+            self.mirror.update()
+
+    def close(self) -> None:
+        """Let go of what the session holds open: its tables' connections, a mirror."""
+        self.table.close()
+        self.base.close()
+        if self.mirror is not None:
+            self.mirror.close()
+
+    def took_over(self, key: str, holder: Holder) -> None:
+        """Note that this session took `key`'s claim over from another tuner (`holder`): read
+        what it wrote, and reuse its evidence where that tuner ran beside this session (its
+        claim ended after this session started, or its process, another one, still runs on
+        this host: `concurrent`)."""
+        self.refresh()
+        # Another process: an earlier session of this one is a later session's predecessor.
+        here = holder.host == platform.node() and holder.pid != os.getpid() and pid_alive(holder)
+        if here or holder.expires_at.timestamp() > self.wall_started:
+            self.concurrent.add(key)
+
+    def reuses(self, key: str) -> bool:
+        """Whether the key's stored evidence is reused even where it is doubtful: another
+        tuner benched it while this session ran, under the very contention this session
+        would bench it again in (a doubtful record is benched again by a later session)."""
+        return key in self.concurrent
+
     def trial(
         self, baseline: Table, candidate: Table, cases: Sequence[dict[str, int]]
     ) -> tuple[accept.Verdict | None, RunFailed | None]:
-        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`); how
-        long this process waited for a CPU meanwhile is kept in `waited`."""
-        before, wall = self.how.waiting(), time.perf_counter()
-        try:
-            return trial(self.model, self.options, baseline, candidate, cases)
-        finally:
-            self.waited = evidence.waited(before, self.how.waiting(), time.perf_counter() - wall)
+        """`candidate` (B) against `baseline` (A) by this session's rule (`runs.trial`), timed
+        while no other tuner of the device on this host times anything (`measuring`); how long
+        this process waited for a CPU meanwhile is kept in `waited`."""
+        with self.measuring.held():
+            before, wall = self.how.waiting(), time.perf_counter()
+            try:
+                return trial(self.model, self.options, baseline, candidate, cases)
+            finally:
+                waited = time.perf_counter() - wall
+                self.waited = evidence.waited(before, self.how.waiting(), waited)
 
     def outcome(self, heavy: Heavy, action: str, **more: Any) -> None:
         """Record what happened to a heavy key, with what the model runs for it now."""
         heuristic = heavy.heuristic
+        self.met.append(heavy)
         self.outcomes.append(
             KeyOutcome(
                 key=heavy.key.text,
@@ -172,6 +239,7 @@ class Session:
             run_id=self.run_id,
             status=status,
         )
+        self._mirrored()
         self._judged(entry_id, verdict_name)
 
     def _judged(self, entry_id: int, verdict_name: str) -> None:
@@ -193,7 +261,7 @@ class Session:
     ) -> Entry:
         """Write an entry for a heavy key, with its timing record, as part of this run."""
         self.wrote = True
-        return self.cache.put(
+        entry = self.cache.put(
             heavy.key,
             choice=choice,
             candidates=heavy.op.candidates,
@@ -203,6 +271,8 @@ class Session:
             status=status,
             run_id=self.run_id,
         )
+        self._mirrored()
+        return entry
 
     def put_judged(
         self,
@@ -245,6 +315,7 @@ class Session:
                 )
             ]
         )
+        self._mirrored()
         self._judged(entry_id, verdict_name)
         return entry_id
 
@@ -285,7 +356,7 @@ class Session:
             fingerprint=self.fingerprint,
             run_id=self.run_id,
             scenarios=tuple(scenario_text(case) for case in self.cases),
-            keys=tuple(self.outcomes),
+            keys=self.settled(),
             screened=self.screened,
             guard=guard.verdict,
             guard_skipped=guard.skipped,
@@ -296,6 +367,48 @@ class Session:
             interrupted=interrupted,
             budget_spent=self.budget_spent,
         )
+
+    def settled(self) -> tuple[KeyOutcome, ...]:
+        """The outcomes as the cache holds them when the session ends: a key another tuner
+        decided since this session did is reported with what the model runs now (and an
+        entry accepted here but replaced or rejected since as "superseded"), never with what
+        this session chose. Keys whose entry this session masked keep their outcome (`masked`
+        says it)."""
+        if not self.outcomes:
+            return ()
+        try:
+            self._mirrored()
+            # The store's answers, without this session's own forcing of its entries.
+            fresh = self.base.reload()
+            answers = [fresh.resolve(h.key, h.op.candidates, h.heuristic) for h in self.met]
+            replaced = [
+                outcome.action == "accepted" and self._replaced(heavy, outcome)
+                for outcome, heavy in zip(self.outcomes, self.met, strict=True)
+            ]
+        except TunecacheError:
+            return tuple(self.outcomes)  # a store gone meanwhile: what the session saw
+        out = []
+        for outcome, now, gone in zip(self.outcomes, answers, replaced, strict=True):
+            masked = {outcome.entry_id, now.entry_id} & set(self.masked)
+            if not gone and (now.choice == outcome.choice or masked):
+                out.append(outcome)
+                continue
+            entry = "" if now.entry_id is None else f", entry {now.entry_id}"
+            said = f"the cache serves {now.choice!r} now ({now.source}{entry}): decided since"
+            action = "superseded" if outcome.action == "accepted" else outcome.action
+            note = "; ".join(n for n in (outcome.note, said) if n)
+            out.append(dataclasses.replace(outcome, action=action, choice=now.choice, note=note))
+        return tuple(out)
+
+    def _replaced(self, heavy: Heavy, outcome: KeyOutcome) -> bool:
+        """Whether the entry this session accepted for a key no longer stands as it accepted
+        it: another choice was written over it since, or another tuner rejected it (this
+        session's own guard masking it is said by `masked`)."""
+        decided = self.decided.get(outcome.entry_id) if outcome.entry_id is not None else None
+        stored = self.cache.get(heavy.key, candidates=heavy.op.candidates)
+        if decided is None or stored is None or stored.choice != decided[1]:
+            return True
+        return stored.status != "accepted" and outcome.entry_id not in self.masked
 
 
 def _gain(verdict: accept.Verdict | None) -> float | None:

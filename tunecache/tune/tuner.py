@@ -8,6 +8,7 @@ changed the table is followed by another (step 6), and the guard ends the sessio
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from tunecache.resolve import DEFAULT_MAX_DISTANCE
 from tunecache.tune import doubt
 from tunecache.tune.benching import tune_key
 from tunecache.tune.checking import outputs_differ
+from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT, Claim, Claims, Holder
 from tunecache.tune.guard import final_guard
 from tunecache.tune.model import Model, as_model
 from tunecache.tune.options import KEEP, KEY_BUDGET, REBENCH, SHARE, Options, session_options
@@ -50,6 +52,8 @@ def tune(
     budget: float | None = None,
     retune: bool = False,
     rebench: int = REBENCH,
+    claim_wait: float = CLAIM_WAIT,
+    claim_ttl: float = CLAIM_TTL,
     max_distance: float = DEFAULT_MAX_DISTANCE,
     bench_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
@@ -67,13 +71,19 @@ def tune(
     (`tunecache.tune.doubt`): then it is benched again, at most `rebench` times for the key.
     Pass an open `cache`, or the options of `tunecache.open`.
 
+    One tuner per key (`tunecache.tune.claims`): each key is claimed in the store before it is
+    benched; a key another live tuner claims is left for last, then waited for (at most
+    `claim_wait` seconds) and what that tuner wrote is reused. A claim stands `claim_ttl`
+    seconds unless renewed (this process renews its own while it runs). The report says what
+    the cache holds when the session ends.
+
     Ctrl-C raises `TuneInterrupted` (a KeyboardInterrupt) carrying the partial report; every
     entry accepted before it stays stored.
     """
     options = session_options(
         share=share, keep=keep, confirmations=confirmations, pairs=pairs, alpha=alpha,
         key_budget=key_budget, budget=budget, retune=retune, bench_options=bench_options,
-        rebench=rebench,
+        rebench=rebench, claim_wait=claim_wait, claim_ttl=claim_ttl,
     )  # fmt: skip
     how = Running(progress=progress, max_distance=max_distance, clock=clock)
     return run_session(as_model(model), cache, open_options, options, how, tune_keys=True)
@@ -133,22 +143,30 @@ def run_session(
     tune_keys: bool,
 ) -> TuneReport:
     """One whole session, inside its row of `runs`: tuning keys, or (not `tune_keys`) only
-    judging other models' entries."""
+    judging other models' entries. A tuning session's claims are renewed while it runs and
+    released once its run is closed (a tuner waiting for its guard then finds that run)."""
     from tunecache.pools import warn_if_mixed
 
     warn_if_mixed()  # several BLAS/OpenMP pools of different sizes: once, naming them
     store, owned = open_cache(cache, open_options)
+    session = None
     try:
         session = Session(model, store, options, how)
         kind = "tune" if tune_keys else "validate"
-        with store.run(kind, notes=f"model {model.name}") as run_id:
-            session.run_id = run_id
-            try:
-                _passes(session, tune_keys=tune_keys)
-            except KeyboardInterrupt:
-                raise TuneInterrupted(session.report(interrupted=True)) from None
+        with contextlib.ExitStack() as stack:
+            if tune_keys:
+                session.claims = Claims(store, ttl=options.claim_ttl, clock=how.wall)
+                stack.enter_context(session.claims.renewing())
+            with store.run(kind, notes=f"model {model.name}") as run_id:
+                session.run_id = run_id
+                try:
+                    _passes(session, tune_keys=tune_keys)
+                except KeyboardInterrupt:
+                    raise TuneInterrupted(session.report(interrupted=True)) from None
         return session.report()
     finally:
+        if session is not None:
+            session.close()
         if owned:
             store.close()
 
@@ -171,14 +189,69 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
             break
         before = session.table
         total = len(handled) + len(heavy)
+        later = []  # keys another live tuner claims: left for last, then waited for
         for done, found in enumerate(heavy, start=len(handled)):
             session.tell(what, done, total)
-            _step(session, found, tune_keys=tune_keys)
+            if not _claimed_step(session, found, tune_keys=tune_keys):
+                later.append(found)
+        for done, found in enumerate(later, start=total - len(later)):
+            session.tell(what, done, total)
+            _claimed_step(session, found, tune_keys=tune_keys, wait=(done, total))
         session.tell(what, total, total)
         handled |= {found.key for found in heavy}
         if session.table is before or session.budget_spent:
             break  # the shares stand: the runs are what this pass profiled
+    if session.claims is not None:
+        # One guard at a time per model: a second tuner reads the table the first one's guard
+        # passed over, and skips its own guard over the same answers.
+        claim = _wait(session, f"guard {session.model.name}", (0, 0))
+        if claim.holder is not None:
+            session.refresh()
     final_guard(session)
+
+
+def _wait(session: Session, key: str, progress: tuple[int, int]) -> Claim:
+    """Claim `key`, waiting while another live tuner holds it, up to the session's claim wait
+    (and what is left of its budget); the progress callback hears whom it waits for."""
+    assert session.claims is not None
+    deadline = session.options.claim_wait
+    if session.options.budget is not None:
+        left = session.options.budget - (session.how.clock() - session.started)
+        deadline = max(0.0, min(deadline, left))
+
+    def waiting(holder: Holder) -> None:
+        session.tell(f"waiting for {key}, claimed by {holder.named}", *progress)
+
+    return session.claims.wait(key, deadline, sleep=session.how.sleep, waiting=waiting)
+
+
+def _claimed_step(
+    session: Session, heavy: Heavy, *, tune_keys: bool, wait: tuple[int, int] | None = None
+) -> bool:
+    """`_step` under the key's claim; False, with no step taken, when another live tuner claims
+    the key and no `wait` is asked (the progress to report while waiting). A claim taken over
+    from another tuner reads what that one wrote first; a wait that outlasts its deadline
+    skips the key, which another tuner is tuning."""
+    claims = session.claims
+    if claims is None:
+        _step(session, heavy, tune_keys=tune_keys)
+        return True
+    key = heavy.key.text
+    claim = claims.claim(key) if wait is None else _wait(session, key, wait)
+    if not claim.taken:
+        if wait is None:
+            return False
+        holder = "" if claim.holder is None else f" ({claim.holder.named})"
+        note = f"another tuner{holder} still claims it: it tunes the key"
+        session.outcome(heavy, "skipped", note=note)
+        return True
+    try:
+        if claim.holder is not None:
+            session.took_over(key, claim.holder)
+        _step(session, heavy, tune_keys=tune_keys)
+    finally:
+        claims.release(key)
+    return True
 
 
 def _step(session: Session, heavy: Heavy, *, tune_keys: bool) -> None:
@@ -205,9 +278,10 @@ def _step(session: Session, heavy: Heavy, *, tune_keys: bool) -> None:
 
 def _reopens(session: Session, heavy: Heavy, entry_id: int | None) -> bool:
     """Whether a key masked for this model is taken up again: the entry is one it rejected in
-    an earlier session, nobody vouches for it, and its record is doubtful (`tune.doubt`) and
-    has been benched again fewer than `rebench` times."""
-    if entry_id is None or entry_id in session.masked:
+    an earlier session (not in one that ran beside this one: `Session.reuses`), nobody vouches
+    for it, and its record is doubtful (`tune.doubt`) and has been benched again fewer than
+    `rebench` times."""
+    if entry_id is None or entry_id in session.masked or session.reuses(heavy.key.text):
         return False
     stored = session.cache.get(heavy.key, candidates=heavy.op.candidates)
     if stored is None or stored.id != entry_id or stored.status != "rejected":

@@ -1,0 +1,225 @@
+"""Concurrent tuners of one model (issue 18, item 4): each heavy key benched once in all, the
+wall time of N tuners at once against one alone, and every report agreeing with the cache.
+
+    python tools/bench_tuners.py                    # 1, 2 and 4 tuners of the CNN, on SQLite
+    python tools/bench_tuners.py --repeat 2 --tuners 2 4
+    python tools/bench_tuners.py --url "$TUNECACHE_TEST_PG_URL"   # into a fleet store (a fresh
+                                                                  # schema per run, dropped after)
+
+Each run starts N `tunecache tune MODEL --json` processes at once on a fresh cache and waits
+for all of them. A key a report says was benched (`bench_stopped` other than "stored") counts
+one bench for that tuner; the counts of all the tuners of a run are summed per key (target: 1
+each). The wall time runs from the first start to the last exit, and is printed against the
+alone run measured in the same repetition, side by side (target: at most 1.3x); beside it, the
+wall time of one more tuner on the finished cache, with nothing left to tune: what each of the
+N tuners pays whatever claims do (interpreter start, imports, profiles, the guard's look).
+A report agrees with the cache when the choice it gives for each
+key is what the model's runs are answered by a table opened on the cache after every tuner
+ended, and each key it says accepted holds that choice, accepted, in the store (a key whose
+entry the session's own final guard masked, which the report lists in `masked`, is judged by
+the mask instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODELS = "tunecache.examples.models"
+
+
+def _schema_url(url: str, schema: str) -> str:
+    """`url` with its search_path set to `schema` (as the tests' fixtures make it)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    query = {**parsed.query, "options": f"-csearch_path={schema}"}
+    return parsed.set(query=query).render_as_string(hide_password=False)
+
+
+def _schema(url: str, schema: str, sql: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sql.format(schema=schema)))
+    finally:
+        engine.dispose()
+
+
+def _tuners(n: int, attr: str, root: Path, url: str | None, extra: list[str]) -> dict[str, Any]:
+    """N tuners of MODELS:attr at once on the cache under `root` (or the fleet store `url`):
+    their reports and the wall time from the first start to the last exit."""
+    env = {**os.environ, "TUNECACHE_DIR": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("TUNECACHE_URL", None)
+    if url is not None:
+        env["TUNECACHE_URL"] = url
+    command = [sys.executable, "-m", "tunecache", "tune", f"{MODELS}:{attr}", "--json", *extra]
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(n)
+    ]
+    outs = [proc.communicate() for proc in procs]
+    wall = time.perf_counter() - start
+    reports = []
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        if proc.returncode != 0:
+            raise SystemExit(f"a tuner exited {proc.returncode}: {err.decode()[-2000:]}")
+        reports.extend(json.loads(out))
+    return {"wall": wall, "reports": reports}
+
+
+def _served(attr: str, root: Path, url: str | None, report: dict[str, Any]) -> dict[str, str]:
+    """What the model's runs are answered, key by key, by a table opened on the cache now (on
+    a fleet store, over a mirror of its rows, as its tuners read it)."""
+    from tunecache.cache import Cache
+    from tunecache.examples import models
+    from tunecache.resolve import Table
+    from tunecache.tune.mirror import Mirror
+
+    os.environ["TUNECACHE_DIR"] = str(root)
+    model = getattr(models, attr)
+    options = {"model": report["model"], "fingerprint": report["fingerprint"]}
+    if url is None:
+        return _answers(model, Table.open(scenarios=model.scenarios, **options))
+    with Cache.open(url=url) as store:
+        mirror = Mirror(store)
+        try:
+            table = Table.open(path=mirror.path, scenarios=model.scenarios, **options)
+            return _answers(model, table)
+        finally:
+            mirror.close()
+
+
+def _answers(model: Any, table: Any) -> dict[str, str]:
+    """Key text -> the choice `table` answers, for every key of one run of each scenario."""
+    from tunecache import dispatch
+    from tunecache.tune.runs import run_with
+
+    answers = {}
+    with dispatch.profile(capture=True) as profiled:
+        run_with(model, table, model.cases())()
+    for key, call in profiled.captured().items():
+        op = call.op
+        answers[key.text] = table.resolve(key, op.candidates, op.heuristic_for(key)).choice
+    table.close()
+    return answers
+
+
+def _stored(root: Path, url: str | None) -> dict[str, tuple[str, str]]:
+    """Key text -> (choice, status) of every entry the store holds for this device."""
+    from tunecache.cache import Cache
+
+    os.environ["TUNECACHE_DIR"] = str(root)
+    with Cache.open(url=url) if url is not None else Cache.open() as cache:
+        return {entry.key.text: (entry.choice, entry.status) for entry in cache.entries()}
+
+
+def _disagreement(
+    report: dict[str, Any],
+    outcome: dict[str, Any],
+    stored: dict[str, tuple[str, str]],
+    served: dict[str, str],
+) -> list[tuple[Any, ...]]:
+    """How one key's outcome disagrees with the cache, if it does: an entry the report says
+    accepted must hold that choice, accepted, and the model must run what the report says it
+    runs; an entry the session's own guard masked (the report's `masked`) must leave the key
+    to its heuristic (or a neighbour), never to that entry."""
+    key, action, choice = outcome["key"], outcome["action"], outcome["choice"]
+    entry, now = stored.get(key), served.get(key)
+    if outcome["entry_id"] in report["masked"]:
+        if entry is not None and entry[1] == "accepted" and now == choice != outcome["heuristic"]:
+            return [(key, "masked by its guard", choice, entry)]
+        return []
+    if action == "accepted" and entry != (choice, "accepted"):
+        return [(key, action, choice, entry)]
+    if now is not None and now != choice:
+        return [(key, action, choice, now)]
+    return []
+
+
+def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, Any]:
+    """N tuners on a fresh cache: wall time, benches per key, and whether reports agree."""
+    with tempfile.TemporaryDirectory(prefix="bench-tuners-") as folder:
+        root = Path(folder)
+        schema, store = None, None
+        if url is not None:
+            schema = f"bench_{secrets.token_hex(5)}"
+            _schema(url, schema, "CREATE SCHEMA {schema}")
+            store = _schema_url(url, schema)
+        try:
+            result = _tuners(n, attr, root, store, extra)
+            benched: Counter[str] = Counter()
+            heavy: set[str] = set()
+            disagree = []
+            stored = _stored(root, store)
+            for report in result["reports"]:
+                served = _served(attr, root, store, report)
+                for outcome in report["keys"]:
+                    heavy.add(outcome["key"])
+                    if outcome["bench_stopped"] not in (None, "stored"):
+                        benched[outcome["key"]] += 1
+                    disagree.extend(_disagreement(report, outcome, stored, served))
+            # Then one more tuner on the finished cache, alone: what every tuner pays with
+            # nothing left to tune (start-up, imports, profiles, the guard's look).
+            idle = _tuners(1, attr, root, store, extra)["wall"]
+        finally:
+            if schema is not None and url is not None:
+                _schema(url, schema, "DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return {
+        "wall": result["wall"],
+        "benched": {key: benched[key] for key in sorted(heavy)},
+        "disagree": disagree,
+        "actions": Counter(o["action"] for r in result["reports"] for o in r["keys"]),
+        "seconds": [round(r["seconds"], 2) for r in result["reports"]],
+        "idle": idle,
+    }
+
+
+def main() -> None:
+    """Print, per repetition, one tuner alone and N at once side by side."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="CNN", help="an attribute of " + MODELS)
+    parser.add_argument("--tuners", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--url", help="a PostgreSQL URL: tune into a fresh schema of it")
+    parser.add_argument("extra", nargs="*", help="more `tunecache tune` options (after --)")
+    args = parser.parse_args()
+    where = "a fleet store (PostgreSQL)" if args.url else "SQLite"
+    print(f"model {args.model}, {where}, {os.cpu_count()} CPUs")
+    header = f"{'tuners':>6} {'wall s':>7} {'x alone':>7} {'max benches/key':>15}  reports agree"
+    for repeat in range(args.repeat):
+        print(f"-- repetition {repeat + 1}")
+        print(header)
+        alone = None
+        for n in [1, *args.tuners]:
+            run = one_run(n, args.model, args.url, args.extra)
+            alone = run["wall"] if n == 1 else alone
+            assert alone is not None
+            counts = run["benched"]
+            most = max(counts.values(), default=0)
+            agree = "yes" if not run["disagree"] else f"NO {run['disagree']}"
+            print(f"{n:>6} {run['wall']:>7.2f} {run['wall'] / alone:>7.2f} {most:>15}  {agree}")
+            print(f"{'':>6} benches per heavy key: {', '.join(map(str, counts.values()))}")
+            print(f"{'':>6} actions in all reports: {dict(run['actions'])}")
+            print(f"{'':>6} each session's own seconds: {run['seconds']}")
+            print(f"{'':>6} one more tuner on the finished cache: {run['idle']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""One tuner per key: claims on the keys of a cache's device identity, in the store itself.
+
+A tuner claims a key before it benches it (`Claims.claim`); a second tuner that meets the key
+while the claim is live tunes other keys meanwhile and then waits for it (`Claims.wait`, up to a
+deadline), and reads what the holder wrote. A claim expires `ttl` seconds after it was taken or
+last renewed; a live holder renews its claims from a thread of its own (`Claims.renewing`), so
+a claim outlives a long bench, and a killed holder's claim expires. On one host a claim whose
+process is gone is taken over at once (`pid_alive`); on another host only its expiry counts,
+so hosts' clocks must agree to well within `ttl`.
+
+The claims live in the store the tuner writes: a SQLite file's writers share its writers' lock,
+and the tuners of a fleet (`tunecache.open(url=...)`) its PostgreSQL database. `Claims` takes
+any open, writable `Cache`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from tunecache.errors import BadArgumentError, TunecacheError
+
+if TYPE_CHECKING:
+    from tunecache.cache import Cache
+
+__all__ = ["CLAIM_TTL", "CLAIM_WAIT", "Claim", "Claims", "Holder", "pid_alive"]
+
+#: seconds a claim stands unless renewed (its holder renews it every third of that)
+CLAIM_TTL = 30.0
+#: seconds a tuner waits, at most, for a key another tuner holds
+CLAIM_WAIT = 600.0
+#: seconds between two looks at a claim another tuner holds
+POLL = 0.05
+
+
+class Holder(NamedTuple):
+    """Who holds (or last held) a claim: host, process, token, and the claim's times."""
+
+    host: str
+    pid: int
+    #: the holder's own token (`Claims.token`): a pid is reused, and hosts share pids
+    token: str
+    claimed_at: datetime
+    #: when the claim lapses unless renewed (a released one: when it was released)
+    expires_at: datetime
+
+    @property
+    def named(self) -> str:
+        """The holder as messages name it: `host pid N`."""
+        return f"{self.host} pid {self.pid}"
+
+
+class Claim(NamedTuple):
+    """What asking for a key's claim gave: whether it is ours now, and the other holder (the
+    live one that keeps it; or the one this claim took over, whose writes are worth reading)."""
+
+    key: str
+    taken: bool
+    holder: Holder | None
+
+
+def pid_alive(holder: Holder) -> bool:
+    """Whether a claim's process may still run: False only for a process of this host that is
+    gone (another host's process cannot be seen from here; its claim's expiry counts)."""
+    if holder.host != platform.node():
+        return True
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def _instant(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class Claims:
+    """One tuner's claims on keys of `cache`'s device identity.
+
+    `clock` gives seconds since the epoch (time.time: claims are compared across processes and
+    hosts); `alive` says whether another holder's process may still run; `host` and `pid` name
+    this holder (platform.node() and os.getpid() unless given).
+    """
+
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        ttl: float = CLAIM_TTL,
+        clock: Callable[[], float] = time.time,
+        alive: Callable[[Holder], bool] = pid_alive,
+        host: str | None = None,
+        pid: int | None = None,
+    ) -> None:
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl < 1e9:
+            raise BadArgumentError(f"a claim's ttl is a number of seconds > 0, got {ttl!r}")
+        self.cache = cache
+        self.ttl = float(ttl)
+        self.clock = clock
+        self.alive = alive
+        self.host = platform.node() if host is None else host
+        self.pid = os.getpid() if pid is None else pid
+        #: this holder's own token: a pid is reused, and one process may hold two sessions
+        self.token = secrets.token_hex(16)
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> frozenset[str]:
+        """The keys this holder claims now."""
+        with self._lock:
+            return frozenset(self._held)
+
+    def claim(self, key: str) -> Claim:
+        """Claim `key` unless another live holder has it (one write transaction)."""
+        from tunecache.store import claims as sql
+
+        now = self.clock()
+        device = self.cache.device.fingerprint
+        with self.cache.transaction(write=True) as tx:
+            row = sql.holder(tx.conn, device, key, lock=True)
+            found = None if row is None else Holder(*row)
+            other = None if found is None or found.token == self.token else found
+            if other is not None and self._live(other, now):
+                return Claim(key, False, other)
+            since = found.claimed_at if found is not None and other is None else _instant(now)
+            mine = (self.host, self.pid, self.token, since, _instant(now + self.ttl))
+            sql.put(tx.conn, device, key, mine, exists=found is not None)
+        with self._lock:
+            self._held.add(key)
+        return Claim(key, True, other)
+
+    def _live(self, other: Holder, now: float) -> bool:
+        """Whether another holder's claim stands: not expired, its process not known gone."""
+        return other.expires_at > _instant(now) and self.alive(other)
+
+    def holder(self, key: str) -> Holder | None:
+        """The live holder of `key` other than this one, or None where nobody else holds it."""
+        from tunecache.store import claims as sql
+
+        with self.cache.transaction() as tx:
+            row = sql.holder(tx.conn, self.cache.device.fingerprint, key)
+        found = None if row is None else Holder(*row)
+        if found is None or found.token == self.token or not self._live(found, self.clock()):
+            return None
+        return found
+
+    def last(self, key: str) -> Holder | None:
+        """Who holds or last held `key`'s claim (this holder included), or None."""
+        from tunecache.store import claims as sql
+
+        with self.cache.transaction() as tx:
+            row = sql.holder(tx.conn, self.cache.device.fingerprint, key)
+        return None if row is None else Holder(*row)
+
+    def wait(
+        self,
+        key: str,
+        deadline: float = CLAIM_WAIT,
+        *,
+        sleep: Callable[[float], object] = time.sleep,
+        poll: float = POLL,
+        waiting: Callable[[Holder], object] | None = None,
+    ) -> Claim:
+        """Claim `key`, waiting up to `deadline` seconds of `clock` while another live holder
+        has it; `waiting` hears of each holder waited for. Not taken at the deadline: the claim
+        says who still holds it."""
+        end = self.clock() + deadline
+        told = None
+        while True:
+            claim = self.claim(key)
+            if claim.taken or claim.holder is None:
+                return claim
+            if claim.holder.token != told and waiting is not None:
+                waiting(claim.holder)
+                told = claim.holder.token
+            # Looks between two attempts are reads: waiters take no writers' lock until the
+            # claim looks free.
+            while True:
+                left = end - self.clock()
+                if left <= 0:
+                    return claim
+                sleep(min(poll, left))
+                if self.holder(key) is None:
+                    break
+
+    def renew(self) -> int:
+        """Push back the expiry of every claim this holder has; how many it still holds."""
+        from tunecache.store import claims as sql
+
+        keys = sorted(self.held)
+        if not keys:
+            return 0
+        until = _instant(self.clock() + self.ttl)
+        with self.cache.transaction(write=True) as tx:
+            return sql.renew(tx.conn, self.token, until, keys)
+
+    def release(self, *keys: str) -> None:
+        """Let go of these claims (every one held, if none is named)."""
+        from tunecache.store import claims as sql
+
+        with self._lock:
+            names = sorted(self._held if not keys else self._held & set(keys))
+            self._held -= set(names)
+        if names:
+            with self.cache.transaction(write=True) as tx:
+                sql.release(tx.conn, self.token, _instant(self.clock()), names)
+
+    @contextmanager
+    def renewing(self, every: float | None = None) -> Iterator[Claims]:
+        """Renew this holder's claims every `every` seconds (a third of the ttl unless given)
+        from a thread of its own while the block runs; every claim is released when it ends."""
+        stop = threading.Event()
+        interval = self.ttl / 3 if every is None else every
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                # A busy store: the next beat tries again, well before the expiry.
+                with suppress(TunecacheError):
+                    self.renew()
+
+        thread = threading.Thread(target=beat, name="tunecache-claims", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+            self.release()

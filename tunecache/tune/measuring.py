@@ -1,0 +1,67 @@
+"""One measurement at a time per device: the tuners of a device identity on one host take turns
+to time things.
+
+Claims keep two tuners from benching one key; this keeps two tuners from timing two keys at
+once. Tuners beside each other on one machine share its cores, and a bench or a paired
+whole-model trial timed while another tuner times its own is contended: slower, noisier (the
+acceptance rule then runs to its most pairs), and doubted by the evidence rules
+(`tunecache.tune.doubt`). So each bench and each trial holds an exclusive flock on
+`<database>.measure-lock` beside the device's local cache file (for a fleet store too: the
+cores are this host's), and N tuners of one model measure one after another, as one tuner
+alone would, while their waiting for claims and their writes go on. A process that dies
+holding the lock lets go of it with its descriptor. Where the folder cannot take the file,
+measurements go unlocked, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["MeasureLock"]
+
+
+class MeasureLock:
+    """The measurement lock of the device whose local cache file is `database`."""
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".measure-lock")
+        self._fd: int | None = None
+        self._depth = 0
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock while the block runs, waiting for it first (re-entrant)."""
+        with self._lock:
+            if self._depth == 0:
+                self._take()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._drop()
+
+    def _take(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return  # nowhere to keep it: measure unlocked
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def _drop(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor lets go of its flock
