@@ -52,19 +52,15 @@ def test_applied_it_gives_the_kernel_the_gpu_backend_with_its_options(
 
 
 #: every module of tunecache that `import tunecache.triton` and applying the decorator load: the
-#: decorator, the checks of its arguments, and the pure values they check with
+#: decorator, the checks of its arguments, and the config names and key form they check with
+#: (not the key's text form, the digest or the candidate lists: the first call's)
 DECORATION = {
     "tunecache",
-    "tunecache._digest",
     "tunecache._version",
-    "tunecache.candidates",
     "tunecache.checks",
     "tunecache.errors",
-    "tunecache.keys",
     "tunecache.triton",
     "tunecache.triton.autotuner",
-    "tunecache.triton.backend",
-    "tunecache.triton.configs",
     "tunecache.triton.decorator",
     "tunecache.triton.keys",
     "tunecache.triton.options",

@@ -20,21 +20,22 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError
-from tunecache.triton.backend import Backend, clone
-from tunecache.triton.configs import all_kwargs
 from tunecache.triton.keys import KeySpec, kernel_revision
-from tunecache.triton.options import Options
 
 if TYPE_CHECKING:
     from tunecache.keys import Key
+    from tunecache.triton.backend import Backend
     from tunecache.triton.background import Pending
     from tunecache.triton.configs import Choice
     from tunecache.triton.flow import Flow
+    from tunecache.triton.options import Options
 
 __all__ = ["Autotuner"]
 
-#: what makes a kernel's backend: the backend itself, or a call that builds it at the first call
-BackendSource = Backend | Callable[[], Backend]
+if TYPE_CHECKING:
+    #: what makes a kernel's backend: the backend itself, or a call that builds it at the first
+    #: call (a type only: the backend module loads with the first call)
+    BackendSource = Backend | Callable[[], Backend]
 
 
 def _kernel_arguments(fn: Any) -> list[str]:
@@ -73,8 +74,8 @@ class Autotuner:
         self.keys = list(options.key)
         op = options.name or getattr(self.base_fn, "__name__", None) or "kernel"
         #: how calls become keys (its checks run here: a key that names no argument fails now)
-        revision = kernel_revision(fn, options.revision)
-        self.spec = KeySpec(op, self.arg_names, options.key, options.dims, revision)
+        # The revision (a digest of the kernel's source) is worked out by the first call.
+        self.spec = KeySpec(op, self.arg_names, options.key, options.dims)
         self.reset_to_zero = options.reset_to_zero
         self.restore_value = options.restore_value
         self.restore_copies: dict[str, Any] = {}
@@ -111,8 +112,10 @@ class Autotuner:
             return flow
         with self._building:
             if self._flow is None:
+                from tunecache.triton.backend import Backend
                 from tunecache.triton.flow import Flow
 
+                self.spec.revision = kernel_revision(self.fn, self.options.revision)
                 source = self._source
                 backend = source if isinstance(source, Backend) else source()
                 flow = Flow(self, backend)
@@ -195,6 +198,8 @@ class Autotuner:
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config this call could use, without running any (Triton's warmup)."""
+        from tunecache.triton.configs import all_kwargs
+
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         try:
             return [
@@ -248,7 +253,9 @@ class Autotuner:
                 target.zero_()
             else:
                 target[...] = 0
-        if not reset_only:
+        if not reset_only and self.restore_value:
+            from tunecache.triton.backend import clone
+
             self.restore_copies = {
                 name: clone(kwargs[name])
                 for name in self.restore_value

@@ -12,19 +12,22 @@ Nothing here imports Triton, torch or the store: a config is anything shaped lik
   a miss into a tunecache `Key`: the sizes among the key arguments are its dims, everything else
   (kernel name, dtypes, non-size key values, source revision) is its signature.
 - `kernel_revision` is the signature token that ties entries to a kernel's source.
+
+Applying the decorator builds a `KeySpec` and names the configs, so this module imports only
+`tunecache.errors` when it loads: the key's form (`tunecache.keys`) and the digest load with a
+kernel's first key, or with a config name too long to keep whole.
 """
 
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunecache._digest import sha256
-from tunecache.candidates import MAX_NAME_LEN
 from tunecache.errors import BadArgumentError, BadKeyError
-from tunecache.keys import Key, make_key
+
+if TYPE_CHECKING:
+    from tunecache.keys import Key
 
 __all__ = [
     "KeySpec",
@@ -34,6 +37,10 @@ __all__ = [
     "kernel_revision",
     "revision_token",
 ]
+
+#: `tunecache.candidates.MAX_NAME_LEN`, spelled out so that naming a config imports neither
+#: the candidate lists nor their digest (a test keeps the two equal)
+MAX_NAME_LEN = 200
 
 #: the launch options of a `triton.Config`, in the order they appear in a config's name
 LAUNCH_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -108,6 +115,8 @@ def config_name(config: Any) -> str:
         parts.append(f"pre_hook={getattr(hook, '__qualname__', type(hook).__qualname__)}")
     text = ",".join(parts) or "default"
     if len(text) > MAX_NAME_LEN or not text.isprintable():
+        from tunecache._digest import sha256
+
         digest = sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         shown = "".join(c if c.isprintable() else "?" for c in text)
         text = f"{shown[: MAX_NAME_LEN - 18]}~{digest}"
@@ -139,6 +148,8 @@ def dtype_token(dtype: object) -> str:
 
 def revision_token(source: str) -> str:
     """The source text of a kernel as a short signature token: R + 8 hex digits."""
+    from tunecache._digest import sha256
+
     return "R" + sha256(source.encode("utf-8", "replace")).hexdigest()[:8].upper()
 
 
@@ -160,7 +171,7 @@ def _dim_names(names: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     taken: set[str] = set()
     for name in names:
-        base = re.sub(r"[^a-z]", "", name.lower()) or "d"
+        base = "".join(c for c in name.lower() if "a" <= c <= "z") or "d"
         candidate, n = base, 0
         while candidate in taken:
             n += 1
@@ -296,6 +307,8 @@ class KeySpec:
         tokens = [self.op_token, *dtypes, *facts]
         if self.revision:
             tokens.append(self.revision)
+        from tunecache.keys import make_key
+
         try:
             return make_key("_".join(tokens), dims)
         except BadKeyError as error:
