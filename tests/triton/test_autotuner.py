@@ -74,7 +74,14 @@ def test_a_key_is_tuned_once_stored_with_every_config_and_then_answered_from_the
     again_kernel = CpuKernel()
     again = tuner(again_kernel)
     launch(again, 96)
-    assert again.stats == {"exact": 1, "borrowed": 0, "reused": 0, "tuned": 0, "single": 0}
+    assert again.stats == {
+        "exact": 1,
+        "borrowed": 0,
+        "reused": 0,
+        "tuned": 0,
+        "single": 0,
+        "checked": 0,
+    }
     assert len(again_kernel.launches) == 1
     assert config_name(again.best_config) == fast
 
@@ -124,7 +131,14 @@ def test_unseen_keys_beyond_the_cap_or_with_tune_are_tuned_now() -> None:
     assert tuned.stats["tuned"] == 2 and not tuned.pending
     eager = tuner(CpuKernel(), unseen="tune")
     launch(eager, 88)  # 96 is stored and near, but unseen="tune" never borrows
-    assert eager.stats == {"exact": 0, "borrowed": 0, "reused": 0, "tuned": 1, "single": 0}
+    assert eager.stats == {
+        "exact": 0,
+        "borrowed": 0,
+        "reused": 0,
+        "tuned": 1,
+        "single": 0,
+        "checked": 0,
+    }
 
 
 def test_a_changed_config_list_reuses_the_stored_timings() -> None:

@@ -184,7 +184,14 @@ def test_records_are_flushed_at_exit_and_the_next_process_reads_them() -> None:
     _made()
     Child(96).finish()
     reader = Child(96)
-    assert _tuned_by(reader) == {"exact": 1, "borrowed": 0, "reused": 0, "tuned": 0, "single": 0}
+    assert _tuned_by(reader) == {
+        "exact": 1,
+        "borrowed": 0,
+        "reused": 0,
+        "tuned": 0,
+        "single": 0,
+        "checked": 0,
+    }
     reader.finish()
 
 

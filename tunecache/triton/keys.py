@@ -30,12 +30,14 @@ if TYPE_CHECKING:
     from tunecache.keys import Key
 
 __all__ = [
+    "DIVISIBILITY",
     "KeySpec",
     "config_name",
     "dtype_token",
     "escape",
     "kernel_revision",
     "revision_token",
+    "same_specialization",
 ]
 
 #: `tunecache.candidates.MAX_NAME_LEN`, spelled out so that naming a config imports neither
@@ -121,6 +123,32 @@ def config_name(config: Any) -> str:
         shown = "".join(c if c.isprintable() else "?" for c in text)
         text = f"{shown[: MAX_NAME_LEN - 18]}~{digest}"
     return text
+
+
+# -- specialization ---------------------------------------------------------------------------
+
+#: Triton compiles a kernel apart for an integer argument divisible by this (its
+#: `tt.divisibility` hint: aligned, vectorised loads) and for one equal to 1
+DIVISIBILITY = 16
+
+
+def _specialized(value: int) -> tuple[bool, bool]:
+    return (value % DIVISIBILITY == 0, value == 1)
+
+
+def same_specialization(a: Key, b: Key) -> bool:
+    """Whether Triton compiles the kernel alike for two keys of one signature: each size is
+    divisible by `DIVISIBILITY` in both or in neither, and equal to 1 in both or in neither.
+
+    A config's ranking belongs to one compiled kernel: a layer norm's best warp count for rows
+    of 1024 (aligned) is not its best for rows of 1000. So a borrowed config is served as it is
+    only from a neighbour compiled alike (`flow.Flow`, docs/triton.md).
+    """
+    theirs = dict(b.dims)
+    return all(
+        name in theirs and _specialized(value) == _specialized(theirs[name])
+        for name, value in a.dims
+    )
 
 
 # -- keys ---------------------------------------------------------------------------------------

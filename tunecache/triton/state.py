@@ -86,8 +86,9 @@ class DeviceState:
         #: the resolver's view of the store with this process's decisions added in memory,
         #: opened by the first question only it answers (`KernelStore.table`); None till then
         self.table: Table | None = None
-        #: this kernel's decisions in this process, by (key text, config-list checksum)
-        self.decided: dict[tuple[str, str], tuple[Key, tuple[str, ...], str]] = {}
+        #: this kernel's decisions in this process, by (key text, config-list checksum): the
+        #: key, the config list, the choice and its timing record
+        self.decided: dict[tuple[str, str], tuple[Key, tuple[str, ...], str, TimingRecord]] = {}
         #: Triton tuning key -> the choice to launch
         self.memo: dict[tuple[Any, ...], Choice] = {}
         #: the cache root the store was found under (None: an explicit path), as it was then
@@ -165,7 +166,8 @@ class KernelStore:
                 max_distance=options.max_distance,
             )
             if state.decided:
-                opened, table = table, table.derive(add=list(state.decided.values()))
+                added = [(key, names, choice) for key, names, choice, _ in state.decided.values()]
+                opened, table = table, table.derive(add=added)
                 opened.close()
             state.table = table
         return state.table
@@ -197,7 +199,7 @@ class KernelStore:
         start = time.perf_counter()
         state = target.state
         decided = (target.key, target.names, choice)
-        state.decided[target.key.text, target.sum] = decided
+        state.decided[target.key.text, target.sum] = (*decided, record)
         record_ = Record(
             state.destination, target.key, choice, target.names, record, self._op, self.warn
         )
@@ -207,6 +209,20 @@ class KernelStore:
             state.table = old.derive(add=[decided])
             old.close()
         return time.perf_counter() - start
+
+    def neighbour_record(self, target: Target, answer: Answer) -> TimingRecord | None:
+        """The timing record of the entry a borrowed answer came from: this process's own
+        decision, or the stored entry's (None: it has none, or it cannot be read)."""
+        if answer.borrowed_from is not None:
+            mine = target.state.decided.get((answer.borrowed_from.text, target.sum))
+            if mine is not None:
+                return mine[3]
+        if answer.entry_id is None:
+            return None
+        try:
+            return self._record(target.state, answer.entry_id)
+        except TunecacheError:
+            return None
 
     def old_entries(self, target: Target) -> list[OldEntry]:
         """This key's entries tuned against other config lists, newest first, as (entry id,
