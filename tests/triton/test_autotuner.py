@@ -80,7 +80,7 @@ def test_a_key_is_tuned_once_stored_with_every_config_and_then_answered_from_the
         "reused": 0,
         "tuned": 0,
         "single": 0,
-        "checked": 0,
+        "screened": 0,
     }
     assert len(again_kernel.launches) == 1
     assert config_name(again.best_config) == fast
@@ -137,7 +137,7 @@ def test_unseen_keys_beyond_the_cap_or_with_tune_are_tuned_now() -> None:
         "reused": 0,
         "tuned": 1,
         "single": 0,
-        "checked": 0,
+        "screened": 0,
     }
 
 

@@ -105,6 +105,6 @@ def test_a_neighbour_compiled_apart_has_its_best_configs_benched_before_one_is_s
     launch(tuned, 90)
     assert tuned.best_config.kwargs["BLOCK"] == 32
     assert sorted(timer.benched) == [16, 32, 48]  # the neighbour's three best, not 64
-    assert tuned.stats["checked"] == 1 and tuned.stats["borrowed"] == 2
+    assert tuned.stats["screened"] == 1 and tuned.stats["borrowed"] == 2
     assert tuned.stats["tuned"] == 1 and stored(90, tuned) is None
     assert [dict(p.key.dims)["m"] for p in tuned.pending] == [80, 90]

@@ -190,7 +190,7 @@ def test_records_are_flushed_at_exit_and_the_next_process_reads_them() -> None:
         "reused": 0,
         "tuned": 0,
         "single": 0,
-        "checked": 0,
+        "screened": 0,
     }
     reader.finish()
 

@@ -63,9 +63,11 @@ class Autotuner:
         # The Python function under @triton.jit (and any @triton.heuristics): it names the key.
         while not isinstance(self.base_fn, FunctionType) and hasattr(self.base_fn, "fn"):
             self.base_fn = self.base_fn.fn
+        checked = options.check_outputs if isinstance(options.check_outputs, list) else []
         for what, names in (
             ("reset_to_zero", options.reset_to_zero),
             ("restore_value", options.restore_value),
+            ("check_outputs", checked),
         ):
             stray = [n for n in names if n not in self.arg_names]
             if stray:
@@ -89,14 +91,18 @@ class Autotuner:
         #: its record to the writer (the write itself happens behind the launch)
         self.bench_time: float | None = None
         self.store_time: float | None = None
+        #: seconds the last tuning spent checking its configs' outputs (`check_outputs`)
+        self.outputs_time: float | None = None
         #: seconds the last borrowed key's check of its neighbour's best configs took
-        self.check_time: float | None = None
+        self.screen_time: float | None = None
         #: each benched config's [median, p20, p80] in ms, as Triton's Autotuner keeps them
         self.configs_timings: dict[Any, list[float]] = {}
         #: how many distinct keys were answered each way, over the life of this kernel
-        #: ("checked": borrowed keys whose neighbour was compiled apart, so that its few best
+        #: ("screened": borrowed keys whose neighbour was compiled apart, so that its few best
         #: configs were benched on the call before one was served)
-        self.stats = dict.fromkeys(("exact", "borrowed", "reused", "tuned", "single", "checked"), 0)
+        self.stats = dict.fromkeys(
+            ("exact", "borrowed", "reused", "tuned", "single", "screened"), 0
+        )
         #: background tuning failures, as one line each
         self.errors: list[str] = []
         self._source = backend

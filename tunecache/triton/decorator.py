@@ -46,6 +46,8 @@ def autotune(
     bench: Mapping[str, Any] | None = None,
     flush_l2: bool = True,
     pending_limit: int = 32,
+    check_outputs: bool | Sequence[str] = False,
+    check_tolerance: float | None = None,
 ) -> Callable[[Any], Autotuner]:
     """Decorate a `@triton.jit` kernel so its configs are tuned once per device and key, and
     kept in the tunecache store.
@@ -67,6 +69,12 @@ def autotune(
     (a `tunecache.Device`) replaces the detected GPU identity. `bench` overrides `GPU_BENCH`;
     `flush_l2` evicts the L2 cache before each timed launch, as Triton's `do_bench` does.
     `pending_limit` caps how many borrowed keys keep their first call's arguments.
+    `check_outputs` checks configs before timing them: after each config's first launch, the
+    arguments it names (True: every tensor argument) are compared with what the first config
+    that ran left there (`tunecache.compare`'s rules: integers exactly, floats within
+    `check_tolerance` of the reference's largest magnitude, default the square root of the
+    dtype's epsilon); a config that differs is recorded as a wrong output, never benched or
+    chosen.
 
     Bad arguments raise BadArgumentError here, before any kernel is seen, or when the
     decorator is applied (names that are not the kernel's arguments); never on a launch.
@@ -96,6 +104,8 @@ def autotune(
         bench=bench,
         flush_l2=flush_l2,
         pending_limit=pending_limit,
+        check_outputs=check_outputs,
+        check_tolerance=check_tolerance,
     )
 
     def decorator(fn: Any) -> Autotuner:

@@ -244,8 +244,8 @@ class Flow:
         kernel = self.kernel
         start = time.perf_counter()
         measured = self.measurer.measure([self.configs.by_name[n] for n in names], call)
-        kernel.stats["checked"] += 1
-        kernel.check_time = time.perf_counter() - start
+        kernel.stats["screened"] += 1
+        kernel.screen_time = time.perf_counter() - start
         if measured.best is None:
             return answer
         winner = self.configs.by_name[measured.best]

@@ -20,7 +20,14 @@ from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import NoConfigError
 
-__all__ = ["GPU_BENCH", "driver_version", "gpu_backend", "gpu_device", "triton_no_config_error"]
+__all__ = [
+    "GPU_BENCH",
+    "driver_version",
+    "gpu_backend",
+    "gpu_device",
+    "tensor_difference",
+    "triton_no_config_error",
+]
 
 #: `tunecache.bench.bench` options for a GPU kernel (override any with `bench=`):
 #: 1 ms samples are ~100x the cost of a synchronisation, and 3 rounds of them separate configs
@@ -140,6 +147,55 @@ def triton_no_config_error(triton: Any) -> type[NoConfigError]:
     return found
 
 
+def tensor_difference(
+    torch: Any, expected: Any, actual: Any, tolerance: float | None
+) -> str | None:
+    """`tunecache.compare.difference`'s rules for two torch tensors, worked out on their
+    device (a 4096 x 4096 output compared on the host would cost more than its whole bench);
+    anything else goes to `difference` itself. Floats are compared in float32 (float64 and
+    complex128 for float64 and complex values): the largest finite gap within `tolerance`
+    (default: the square root of the dtype's epsilon) of the reference's largest finite
+    magnitude, NaNs where the reference has them, equal infinities. Integers and booleans
+    exactly."""
+    tensor = torch.Tensor
+    if not (isinstance(expected, tensor) and isinstance(actual, tensor)):
+        from tunecache.triton.backend import difference
+
+        return difference(expected, actual, tolerance)
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
+        return (
+            f"{actual.dtype} of shape {tuple(actual.shape)},"
+            f" expected {expected.dtype} of shape {tuple(expected.shape)}"
+        )
+    count = expected.numel()
+    if count == 0:
+        return None
+    if not (expected.is_floating_point() or expected.is_complex()):
+        unequal = int((expected != actual).sum())
+        return f"{unequal} of {count} values differ (exact: {expected.dtype})" if unequal else None
+    if expected.is_complex():
+        wide = torch.complex128
+    else:
+        wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
+    ref, got = expected.to(wide), actual.to(wide)
+    holes = ref.isnan()
+    if bool((holes != got.isnan()).any()):
+        return "NaN where the other is a number"
+    huge = ref.isinf()
+    if bool((huge != got.isinf()).any()) or bool((ref[huge] != got[huge]).any()):
+        return "infinities differ"
+    finite = ~(holes | huge)
+    gap = float((got - ref).abs().where(finite, 0).max())
+    scale = float(ref.abs().where(finite, 0).max()) or 1.0
+    rtol = float(torch.finfo(expected.dtype).eps) ** 0.5 if tolerance is None else tolerance
+    if gap <= rtol * scale:
+        return None
+    return (
+        f"largest difference {gap:.3g}, {gap / scale:.3g} of the reference's largest"
+        f" magnitude {scale:.3g} (tolerance {rtol:.3g})"
+    )
+
+
 def gpu_backend(device: Any, flush_l2: bool) -> Backend:
     """The backend of a decorated kernel: the current GPU through torch, Triton's default
     config, `GPU_BENCH`; `device` (a `tunecache.Device`) replaces the GPU's identity, and
@@ -194,4 +250,7 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
         bench=GPU_BENCH,
         default_config=lambda: triton.Config({}, num_warps=4, num_stages=3, num_ctas=1),
         no_config_error=triton_no_config_error(triton),
+        difference=lambda expected, actual, tolerance: tensor_difference(
+            torch, expected, actual, tolerance
+        ),
     )

@@ -66,6 +66,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "bench": None,
         "flush_l2": True,
         "pending_limit": 32,
+        "check_outputs": False,
+        "check_tolerance": None,
     }
 )
 
@@ -108,6 +110,10 @@ class Options:
         self.device = _check_device(given["device"])
         #: whether the GPU backend evicts the L2 cache before each timed launch
         self.flush_l2: bool = _check_flush_l2(given["flush_l2"])
+        #: the arguments whose values each config's output is checked on (True: every tensor
+        #: argument; [] : none), and the relative tolerance for floats (None: the dtype's)
+        self.check_outputs: bool | list[str] = _check_outputs(given["check_outputs"])
+        self.check_tolerance: float | None = _check_tolerance(given["check_tolerance"])
 
 
 def check_max_distance(value: object) -> float:
@@ -156,6 +162,22 @@ def _check_flush_l2(flush_l2: Any) -> Any:
     if not isinstance(flush_l2, bool):
         raise BadArgumentError(f"flush_l2 is a bool, got {flush_l2!r}")
     return flush_l2
+
+
+def _check_outputs(value: Any) -> bool | list[str]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise BadArgumentError(
+            f"check_outputs is a bool or a non-empty list of argument names, got {value!r}"
+        )
+    return _names_list(value, "check_outputs")
+
+
+def _check_tolerance(value: Any) -> Any:
+    if value is not None and (not is_real(value) or not 0 <= value < math.inf):
+        raise BadArgumentError(f"check_tolerance is None or a finite number >= 0, got {value!r}")
+    return None if value is None else float(value)
 
 
 def _check_configs(configs: Sequence[Any]) -> list[Any]:
