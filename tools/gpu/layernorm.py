@@ -77,6 +77,8 @@ CONFIGS = [
         (8192, 16),
     ]
 ]
+#: the output arguments the output check compares (check_outputs)
+OUTPUTS = ["y_ptr"]
 KEY = ["N"]
 
 M = 8192

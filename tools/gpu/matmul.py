@@ -102,6 +102,8 @@ CONFIGS = [
 OVERSIZED = _config(128, 256, 128, 4, 8)
 
 KERNEL = matmul_kernel
+#: the output arguments the output check compares (check_outputs)
+OUTPUTS = ["c_ptr"]
 KEY = ["M", "N", "K"]
 
 N = K = 4096
