@@ -246,8 +246,9 @@ def output_checks() -> None:
     assert text.startswith("wrong output: out_ptr: largest difference 1"), text
     ok(f"check_outputs: the off-by-one config is recorded wrong, never chosen ({text[:70]}...)")
 
-    every = tct.autotune(configs=mm.CONFIGS, key=mm.KEY, check_outputs=True)(mm.matmul_kernel)
-    a, b, c = mm.operands(1536)
+    # The four configs compiled above, at a size Triton specialises as it did 256 (no compile).
+    every = tct.autotune(configs=mm.CONFIGS[:4], key=mm.KEY, check_outputs=True)(mm.matmul_kernel)
+    a, b, c = mm.operands(512)
     every[mm.grid](*mm.args(a, b, c))
     torch.cuda.synchronize()
     entry, record = stored(every, *mm.args(a, b, c))
