@@ -57,7 +57,6 @@ def test_applied_it_gives_the_kernel_the_gpu_backend_with_its_options(
 DECORATION = {
     "tunecache",
     "tunecache._version",
-    "tunecache.checks",
     "tunecache.errors",
     "tunecache.triton",
     "tunecache.triton.autotuner",

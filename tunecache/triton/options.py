@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
-from tunecache.checks import is_real
 from tunecache.errors import BadArgumentError
 from tunecache.triton.keys import config_name
 
@@ -116,10 +115,20 @@ class Options:
         self.check_tolerance: float | None = _check_tolerance(given["check_tolerance"])
 
 
+def _real(value: object) -> TypeGuard[int | float]:
+    """`tunecache.checks.is_real`, which loads only for a value that is not a float (a float
+    is always one: the defaults are, and making the decorator loads one module less)."""
+    if type(value) is float:
+        return True
+    from tunecache.checks import is_real
+
+    return is_real(value)
+
+
 def check_max_distance(value: object) -> float:
     """A nearest-shape cap as a float, or BadArgumentError: the resolver's rule and words
     (`tunecache.resolve.check_max_distance`, which a test holds to the same answers)."""
-    if not is_real(value) or not 0 <= value < math.inf:
+    if not _real(value) or not 0 <= value < math.inf:
         raise BadArgumentError(
             f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
         )
@@ -154,7 +163,7 @@ def _check_milliseconds(warmup: Any, rep: Any) -> None:
     # Triton's own timings: accepted for compatibility, and ignored (the bench stops on
     # evidence, within `bench["budget"]`).
     for what, value in (("warmup", warmup), ("rep", rep)):
-        if value is not None and (not is_real(value)):
+        if value is not None and (not _real(value)):
             raise BadArgumentError(f"{what} is a number of milliseconds, got {value!r}")
 
 
@@ -175,7 +184,7 @@ def _check_outputs(value: Any) -> bool | list[str]:
 
 
 def _check_tolerance(value: Any) -> Any:
-    if value is not None and (not is_real(value) or not 0 <= value < math.inf):
+    if value is not None and (not _real(value) or not 0 <= value < math.inf):
         raise BadArgumentError(f"check_tolerance is None or a finite number >= 0, got {value!r}")
     return None if value is None else float(value)
 
