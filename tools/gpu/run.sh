@@ -21,8 +21,13 @@ export PYTHONPATH="/tmp/site:$PWD"
 python3 -m compileall -q -j 0 /tmp/site tunecache tools/gpu > "$out/compileall.txt" 2>&1 || true
 export TUNECACHE_DIR=/tmp/tc-gpu TRITON_CACHE_DIR=/tmp/tc-gpu-triton
 rm -rf "$TUNECACHE_DIR" "$TRITON_CACHE_DIR"
-# A copy without git (the lent machine gets a tree, not a clone) names its commit in COMMIT.
-commit=$(git rev-parse --short HEAD 2>/dev/null || cat COMMIT 2>/dev/null || echo "not a git checkout")
+# A copied tree (`git archive`, as the lent machine gets one) names its commit in COMMIT: it
+# wins over git, which would name whatever repository the copy happens to sit in.
+if [ -f COMMIT ]; then
+  commit=$(cat COMMIT)
+else
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")
+fi
 step "installed"
 {
   echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/check_triton.py (tunecache at $commit; verbatim output, $(date -u +%F))"
