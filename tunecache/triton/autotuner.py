@@ -93,16 +93,10 @@ class Autotuner:
         self.store_time: float | None = None
         #: seconds the last tuning spent checking its configs' outputs (`check_outputs`)
         self.outputs_time: float | None = None
-        #: seconds the last borrowed key's check of its neighbour's best configs took
-        self.screen_time: float | None = None
         #: each benched config's [median, p20, p80] in ms, as Triton's Autotuner keeps them
         self.configs_timings: dict[Any, list[float]] = {}
         #: how many distinct keys were answered each way, over the life of this kernel
-        #: ("screened": borrowed keys whose neighbour was compiled apart, so that its few best
-        #: configs were benched on the call before one was served)
-        self.stats = dict.fromkeys(
-            ("exact", "borrowed", "reused", "tuned", "single", "screened"), 0
-        )
+        self.stats = dict.fromkeys(("exact", "borrowed", "reused", "tuned", "single"), 0)
         #: background tuning failures, as one line each
         self.errors: list[str] = []
         self._source = backend

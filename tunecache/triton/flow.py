@@ -36,7 +36,6 @@ from tunecache.triton.state import DeviceState, KernelStore, OldEntry, Target, W
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
-    from tunecache.resolve import Answer
     from tunecache.triton.autotuner import Autotuner
     from tunecache.triton.background import PendingItem, PendingKeys
     from tunecache.triton.measure import Call, Measurer
@@ -206,51 +205,24 @@ class Flow:
             # Only a key that may borrow asks for a nearest shape (the resolver's index):
             # a key tuned now needs nothing but the exact answer above.
             near = store.resolve(target) if defer and exact is None else None
-            if near is None or near.source != "nearest" or near.choice not in legal_names:
+            if (
+                near is None
+                or near.source != "nearest"
+                or near.choice not in legal_names
+                # A neighbour Triton compiles apart ranks configs for another kernel: tuned
+                # now instead (docs/triton.md, "Borrowing").
+                or (
+                    near.borrowed_from is not None
+                    and not same_specialization(key, near.borrowed_from)
+                )
+            ):
                 return self._settle(target, legal, call, False, old=old)[0]
             answer = near
-            if answer.borrowed_from is not None and not same_specialization(
-                key, answer.borrowed_from
-            ):
-                answer = self._check_borrowed(target, legal_names, call, answer)
         stats["borrowed"] += 1
         from tunecache.triton.background import PendingItem
 
         self.pending.hold(PendingItem(target, raw, answer, legal), call.args, call.kwargs)
         return answer.choice
-
-    def _check_borrowed(
-        self, target: Target, legal_names: list[str], call: Call, answer: Answer
-    ) -> Answer:
-        """A neighbour compiled apart from this key (`keys.same_specialization`): its ranking is
-        another kernel's, so its `SURVIVORS` best legal configs (its record's medians) are
-        benched on this call, and the fastest is served, still borrowed and pending. The bench
-        is not stored: the key's full tune (`tune_pending()`) is."""
-        import statistics
-
-        from tunecache.triton.reuse import SURVIVORS
-
-        record = self.store.neighbour_record(target, answer)
-        if record is None:
-            return answer
-        legal = set(legal_names)
-        ranked = sorted(
-            (c for c in record.candidates if c.error is None and c.samples and c.name in legal),
-            key=lambda c: statistics.median(c.samples),
-        )
-        names = [c.name for c in ranked[:SURVIVORS]]
-        if len(names) < 2:
-            return answer
-        kernel = self.kernel
-        start = time.perf_counter()
-        measured = self.measurer.measure([self.configs.by_name[n] for n in names], call)
-        kernel.stats["screened"] += 1
-        kernel.screen_time = time.perf_counter() - start
-        if measured.best is None:
-            return answer
-        winner = self.configs.by_name[measured.best]
-        kernel.pre_hook({**call.nargs, **call.kwargs, **all_kwargs(winner)}, reset_only=True)
-        return answer._replace(choice=measured.best)
 
     def decide_pending(self, item: PendingItem) -> None:
         """Tune a pending key on the copies of its arguments, and memoise its config."""

@@ -210,20 +210,6 @@ class KernelStore:
             old.close()
         return time.perf_counter() - start
 
-    def neighbour_record(self, target: Target, answer: Answer) -> TimingRecord | None:
-        """The timing record of the entry a borrowed answer came from: this process's own
-        decision, or the stored entry's (None: it has none, or it cannot be read)."""
-        if answer.borrowed_from is not None:
-            mine = target.state.decided.get((answer.borrowed_from.text, target.sum))
-            if mine is not None:
-                return mine[3]
-        if answer.entry_id is None:
-            return None
-        try:
-            return self._record(target.state, answer.entry_id)
-        except TunecacheError:
-            return None
-
     def old_entries(self, target: Target) -> list[OldEntry]:
         """This key's entries tuned against other config lists, newest first, as (entry id,
         config list, choice), through the state's reader: this runs before a key is borrowed,
