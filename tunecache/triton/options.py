@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Any, TypeGuard
 
 from tunecache.errors import BadArgumentError
-from tunecache.triton.keys import config_name
 
 __all__ = ["DEFAULTS", "DEFAULT_MAX_DISTANCE", "UNSEEN", "Options", "check_max_distance"]
 
@@ -84,8 +83,9 @@ class Options:
         if unknown:
             raise TypeError(f"Options() got unexpected keyword arguments: {', '.join(unknown)}")
         given = {**DEFAULTS, **arguments}
-        #: the configs with duplicates dropped (the first of equal names stays)
-        self.configs = _check_configs(configs)
+        #: the configs as given, each checked to be config-shaped
+        self.given_configs = _check_configs(configs)
+        self._configs: list[Any] | None = None
         self.key = _check_key(key)
         self.perf_model, self.top_k, self.early_prune = _check_prune(given["prune_configs_by"])
         self.reset_to_zero = _names_list(given["reset_to_zero"], "reset_to_zero")
@@ -113,6 +113,19 @@ class Options:
         #: argument; [] : none), and the relative tolerance for floats (None: the dtype's)
         self.check_outputs: bool | list[str] = _check_outputs(given["check_outputs"])
         self.check_tolerance: float | None = _check_tolerance(given["check_tolerance"])
+
+    @property
+    def configs(self) -> list[Any]:
+        """The configs with duplicates dropped (the first of equal names stays): named when
+        first asked (by the kernel's first call), so that making the decorator names none."""
+        if self._configs is None:
+            from tunecache.triton.keys import config_name
+
+            names: dict[str, Any] = {}
+            for config in self.given_configs:
+                names.setdefault(config_name(config), config)
+            self._configs = list(names.values())
+        return self._configs
 
 
 def _real(value: object) -> TypeGuard[int | float]:
@@ -192,14 +205,15 @@ def _check_tolerance(value: Any) -> Any:
 def _check_configs(configs: Sequence[Any]) -> list[Any]:
     if isinstance(configs, str | bytes) or not isinstance(configs, Sequence):
         raise BadArgumentError(f"configs is a list of triton.Config, got {configs!r}")
-    # Names first: a config that is not config-shaped fails here, with its position.
-    names: dict[str, Any] = {}
+    # A config that is not config-shaped fails here, with its position (`keys.config_name`,
+    # which names it at the first call, says the same of one).
     for i, config in enumerate(configs):
-        try:
-            names.setdefault(config_name(config), config)
-        except BadArgumentError as error:
-            raise BadArgumentError(f"config {i}: {error}") from None
-    return list(names.values())
+        if not isinstance(getattr(config, "kwargs", None), Mapping):
+            raise BadArgumentError(
+                f"config {i}: a config is a triton.Config (with .kwargs and .num_warps), "
+                f"got {type(config).__name__}"
+            )
+    return list(configs)
 
 
 def _check_key(key: Sequence[str]) -> list[str]:
