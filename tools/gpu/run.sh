@@ -5,7 +5,7 @@
 #
 # $OUT/check.txt: tools/gpu/check_triton.py's output; $OUT/bench.txt: bench_triton.py's, both
 # verbatim with a header naming the commit; $OUT/timing.txt: how long each step took. Each step
-# has a deadline (60 s and 420 s): the whole stays under 8 minutes, and a step cut short keeps
+# has a deadline (75 s and 410 s): the whole stays under 8 minutes, and a step cut short keeps
 # what it printed so far. The wheels
 # in .whl/ (SQLAlchemy, Alembic, Mako, cbor2, platformdirs) go to /tmp/site first. Python's
 # bytecode is compiled once beforehand, as an installed package has it, so that import times are
@@ -31,13 +31,13 @@ fi
 step "installed"
 {
   echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/check_triton.py (tunecache at $commit; verbatim output, $(date -u +%F))"
-  timeout 60 python3 tools/gpu/check_triton.py 2>&1
+  timeout 75 python3 tools/gpu/check_triton.py 2>&1
   echo "# exit status $?"
 } > "$out/check.txt"
 step "check_triton.py"
 {
   echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/bench_triton.py (tunecache at $commit; verbatim output, $(date -u +%F))"
-  timeout 420 python3 tools/gpu/bench_triton.py 2>&1
+  timeout 410 python3 tools/gpu/bench_triton.py 2>&1
   echo "# exit status $?"
 } > "$out/bench.txt"
 step "bench_triton.py"
