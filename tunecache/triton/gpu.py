@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -180,11 +181,15 @@ def tensor_difference(
         # The common case, agreement, in two kernels and two synchronisations (a subtraction
         # and an inf-norm, accumulated in float32): every distinct torch kernel a process
         # meets for the first time costs it a module load. A NaN or an infinity anywhere
-        # makes the gap NaN, and then the rules below decide.
+        # makes the gap NaN or infinite, and then the rules below decide (as they do for a
+        # dtype torch cannot subtract, float8).
         wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
         norm = torch.linalg.vector_norm
-        gap = float(norm(actual - expected, float("inf"), dtype=wide).item())
-        scale = float(norm(expected, float("inf"), dtype=wide).item()) or 1.0
+        try:
+            gap = float(norm(actual - expected, float("inf"), dtype=wide).item())
+            scale = float(norm(expected, float("inf"), dtype=wide).item()) or 1.0
+        except RuntimeError:
+            gap, scale = math.nan, 1.0
         if gap <= rtol * scale:
             return None
     return _tensor_rules(torch, expected, actual, rtol)
