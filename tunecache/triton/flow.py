@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Flow"]
 
+#: a call's positional arguments (or its Triton tuning key), and keyword arguments
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+
 
 def _quiet() -> None:
     """Wait while this process's writer is creating a store (`writer.RecordWriter.quiet`), if
@@ -139,13 +143,7 @@ class Flow:
                 state = self.states[index] = self.store.open(index)
             return state
 
-    def miss(
-        self,
-        state: DeviceState,
-        raw: tuple[Any, ...],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Choice:
+    def miss(self, state: DeviceState, raw: Args, args: Args, kwargs: Kwargs) -> Choice:
         """The choice for a call whose Triton key this process has not answered yet."""
         kernel = self.kernel
         with self.lock:
@@ -155,22 +153,17 @@ class Flow:
             nargs = dict(zip(kernel.arg_names, args, strict=False))
             kernel.nargs = nargs
             try:
-                name = self._decide(state, raw, args, kwargs, nargs)
+                name = self._decide(state, raw, (args, kwargs, nargs))
             finally:
                 kernel.nargs = None
             choice = self.configs.choice(name)
             state.memo[raw] = choice
             return choice
 
-    def _decide(
-        self,
-        state: DeviceState,
-        raw: tuple[Any, ...],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        nargs: dict[str, Any],
-    ) -> str:
-        """The config name for a key not answered yet in this process."""
+    def _decide(self, state: DeviceState, raw: Args, given: tuple[Args, Kwargs, Kwargs]) -> str:
+        """The config name for a key not answered yet in this process; `given` is the call's
+        arguments, its keyword arguments, and all of them by name."""
+        args, kwargs, nargs = given
         _quiet()
         stats = self.kernel.stats
         configs = self.configs

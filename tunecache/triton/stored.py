@@ -20,6 +20,7 @@ import os
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 __all__ = ["StoreReader", "Unreadable"]
 
@@ -70,33 +71,38 @@ class StoreReader:
             )
         except sqlite3.Error as error:
             raise Unreadable(str(error)) from None
+        expected = schema.OBJECTS[("view", _VIEW)][1]
         try:
-            row = conn.execute(
+            views = conn.execute(
                 "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (_VIEW,)
-            ).fetchone()
-        except sqlite3.Error as error:
+            ).fetchall()
+            contract = [schema.digest("view", sql) for (sql,) in views] == [expected]
+        except sqlite3.Error:
+            contract = False
+        if not contract:
             conn.close()
-            raise Unreadable(str(error)) from None
-        if row is None or schema.digest("view", row[0]) != schema.OBJECTS[("view", _VIEW)][1]:
-            conn.close()
-            raise Unreadable(f"view {_VIEW} missing or not the read contract's")
+            raise Unreadable(f"view {_VIEW} missing, unreadable or not the read contract's")
         self._conn, self._pid = conn, os.getpid()
         return conn
 
-    def choice(self, key: str, checksum: str) -> str | None:
-        """The stored choice of this key and config list on this device, if one is served."""
+    def _row(self, sql: str, parameters: tuple[object, ...]) -> Any:
+        """The first row a read finds (None: none, or no store yet); Unreadable on an error."""
         conn = self._connect()
         if conn is None:
             return None
         try:
-            row = conn.execute(
-                "SELECT choice FROM read_entries_v1 WHERE key = ? AND checksum = ? AND device = ?"
-                " AND status != 'rejected'",
-                (key, checksum, self.device),
-            ).fetchone()
+            return conn.execute(sql, parameters).fetchone()
         except sqlite3.Error as error:
             self.close()
             raise Unreadable(str(error)) from None
+
+    def choice(self, key: str, checksum: str) -> str | None:
+        """The stored choice of this key and config list on this device, if one is served."""
+        row = self._row(
+            "SELECT choice FROM read_entries_v1 WHERE key = ? AND checksum = ? AND device = ?"
+            " AND status != 'rejected'",
+            (key, checksum, self.device),
+        )
         return None if row is None else str(row[0])
 
     def others(
@@ -131,16 +137,7 @@ class StoreReader:
     def record(self, entry_id: int) -> bytes | None:
         """An entry's timing record as stored (CBOR), or None; Unreadable when it cannot be
         read."""
-        conn = self._connect()
-        if conn is None:
-            return None
-        try:
-            found = conn.execute(
-                "SELECT data FROM read_records_v1 WHERE entry_id = ?", (entry_id,)
-            ).fetchone()
-        except sqlite3.Error as error:
-            self.close()
-            raise Unreadable(str(error)) from None
+        found = self._row("SELECT data FROM read_records_v1 WHERE entry_id = ?", (entry_id,))
         return None if found is None or found[0] is None else bytes(found[0])
 
     def close(self) -> None:
