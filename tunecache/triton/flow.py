@@ -130,11 +130,6 @@ class Flow:
             )
         return self._pending
 
-    @property
-    def has_pending(self) -> bool:
-        """Whether any key was ever held as pending (without making the list)."""
-        return self._pending is not None
-
     def state(self, index: int) -> DeviceState:
         """Device `index`'s state, opened on its first call."""
         with self.lock:
