@@ -52,8 +52,8 @@ class Config:
 
 @dataclass
 class CpuKernel:
-    """out = a @ b, row block by row block, computed WORK times over; a BLOCK over 128 does
-    not fit. `accumulate` adds into out instead; `bump` adds 1 to `a` in place afterwards."""
+    """out = a @ b (+ OFF), row block by row block, computed WORK times over; a BLOCK over 128
+    does not fit. `accumulate` adds into out instead; `bump` adds 1 to `a` in place afterwards."""
 
     name: str = "matmul_kernel"
     accumulate: bool = False
@@ -84,6 +84,8 @@ class CpuKernel:
         for _ in range(work):
             for start in range(0, m, block):
                 result[start : start + block] = a[start : start + block] @ b
+        # A config with OFF set computes a wrong answer (off by OFF everywhere), in one pass.
+        result += meta.get("OFF", 0)
         if self.accumulate:
             out += result
         else:

@@ -1,4 +1,4 @@
-"""tunecache.triton.decorator: making and applying the decorator costs nothing; the first call
+"""tunecache.triton.autotune: making and applying the decorator costs nothing; the first call
 sets the rest up, once."""
 
 from __future__ import annotations
@@ -52,21 +52,14 @@ def test_applied_it_gives_the_kernel_the_gpu_backend_with_its_options(
 
 
 #: every module of tunecache that `import tunecache.triton` and applying the decorator load: the
-#: decorator, the checks of its arguments, and the pure values they check with
+#: decorator with the kernel it returns, and the checks of its arguments (not the config names,
+#: the key's form, the digest or the candidate lists: the first call's)
 DECORATION = {
     "tunecache",
-    "tunecache._digest",
     "tunecache._version",
-    "tunecache.candidates",
-    "tunecache.checks",
     "tunecache.errors",
-    "tunecache.keys",
     "tunecache.triton",
     "tunecache.triton.autotuner",
-    "tunecache.triton.backend",
-    "tunecache.triton.configs",
-    "tunecache.triton.decorator",
-    "tunecache.triton.keys",
     "tunecache.triton.options",
 }
 

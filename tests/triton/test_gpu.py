@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import sys
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -132,3 +132,138 @@ def test_an_early_prune_that_keeps_nothing_raises_a_triton_error_too(
     assert gpu.triton_no_config_error(SimpleNamespace()) is NoConfigError
     unmixable = SimpleNamespace(TritonError=type("TritonError", (ValueError, TunecacheError), {}))
     assert gpu.triton_no_config_error(unmixable) is NoConfigError
+
+
+# -- the output check on the device ---------------------------------------------------------------
+
+
+class _Tensor:
+    """The part of a torch tensor `gpu.tensor_difference` uses, over a numpy array (so the
+    rules run on a CPU); `ops` counts the elementwise and reduction calls made."""
+
+    ops: ClassVar[list[str]] = []
+
+    def __init__(self, array: Any) -> None:
+        import numpy as np
+
+        self.a = np.asarray(array)
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+
+    def numel(self) -> int:
+        return int(self.a.size)
+
+    def is_floating_point(self) -> bool:
+        return self.a.dtype.kind == "f"
+
+    def is_complex(self) -> bool:
+        return self.a.dtype.kind == "c"
+
+    def _op(self, name: str, value: Any) -> _Tensor:
+        _Tensor.ops.append(name)
+        return _Tensor(value)
+
+    def __sub__(self, other: _Tensor) -> _Tensor:
+        return self._op("sub", self.a - other.a)
+
+    def __ne__(self, other: object) -> _Tensor:  # type: ignore[override]
+        return self._op("ne", self.a != (other.a if isinstance(other, _Tensor) else other))
+
+    def __or__(self, other: _Tensor) -> _Tensor:
+        return self._op("or", self.a | other.a)
+
+    def __invert__(self) -> _Tensor:
+        return self._op("not", ~self.a)
+
+    def __getitem__(self, mask: _Tensor) -> _Tensor:
+        return self._op("index", self.a[mask.a])
+
+    def to(self, dtype: Any) -> _Tensor:
+        return self._op("to", self.a.astype(dtype))
+
+    def isnan(self) -> _Tensor:
+        import numpy as np
+
+        return self._op("isnan", np.isnan(self.a))
+
+    def isinf(self) -> _Tensor:
+        import numpy as np
+
+        return self._op("isinf", np.isinf(self.a))
+
+    def abs(self) -> _Tensor:
+        import numpy as np
+
+        return self._op("abs", np.abs(self.a))
+
+    def where(self, condition: _Tensor, other: float) -> _Tensor:
+        import numpy as np
+
+        return self._op("where", np.where(condition.a, self.a, other))
+
+    def any(self) -> bool:
+        return bool(self.a.any())
+
+    def max(self) -> float:
+        return float(self.a.max())
+
+    def sum(self) -> int:
+        return int(self.a.sum())
+
+    def item(self) -> float:
+        return float(self.a)
+
+
+def _fake_torch() -> SimpleNamespace:
+    import numpy as np
+
+    def vector_norm(x: _Tensor, ord: float, dtype: Any) -> _Tensor:
+        with np.errstate(invalid="ignore"):
+            return x._op("norm", np.max(np.abs(x.a.astype(dtype))) if x.a.size else 0.0)
+
+    return SimpleNamespace(
+        Tensor=_Tensor,
+        float32=np.float32,
+        float64=np.float64,
+        complex128=np.complex128,
+        equal=lambda a, b: a.shape == b.shape and bool((a.a == b.a).all()),
+        finfo=np.finfo,
+        linalg=SimpleNamespace(vector_norm=vector_norm),
+    )
+
+
+def test_outputs_that_agree_on_the_device_cost_a_subtraction_and_two_norms() -> None:
+    import numpy as np
+
+    torch = _fake_torch()
+    ref = _Tensor(np.linspace(-8, 8, 1000).astype(np.float16))
+    near = _Tensor((ref.a.astype(np.float32) + 1e-3).astype(np.float16))
+    _Tensor.ops = []
+    assert gpu.tensor_difference(torch, ref, near, None) is None  # within fp16's 3e-2 of 8
+    assert _Tensor.ops == ["sub", "norm", "norm"]  # nothing element by element
+
+
+def test_outputs_that_differ_on_the_device_are_said_as_compare_says_them() -> None:
+    import numpy as np
+
+    torch = _fake_torch()
+    ref = _Tensor(np.linspace(-8, 8, 1000).astype(np.float32))
+    off = _Tensor(ref.a + 1)
+    said = gpu.tensor_difference(torch, ref, off, None)
+    assert said is not None and said.startswith("largest difference 1, 0.125 of the reference")
+    assert gpu.tensor_difference(torch, ref, off, 0.2) is None
+    holes = ref.a.copy()
+    holes[3] = np.nan
+    # A NaN where the reference has one agrees; where it has a number, it does not.
+    assert gpu.tensor_difference(torch, _Tensor(holes), _Tensor(holes.copy()), None) is None
+    said = gpu.tensor_difference(torch, ref, _Tensor(holes), None)
+    assert said == "NaN where the other is a number"
+    ints = _Tensor(np.arange(10))
+    other = _Tensor(np.where(np.arange(10) == 4, 0, np.arange(10)))
+    assert gpu.tensor_difference(torch, ints, _Tensor(np.arange(10)), None) is None
+    assert gpu.tensor_difference(torch, ints, other, None) == "1 of 10 values differ (exact: int64)"
+    said = gpu.tensor_difference(torch, ref, _Tensor(ref.a[:10]), None) or ""
+    assert "expected float32 of shape (1000,)" in said
+    # Anything that is not a tensor is tunecache.compare's.
+    assert gpu.tensor_difference(torch, np.arange(3), np.arange(3), None) is None

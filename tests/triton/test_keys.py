@@ -13,8 +13,14 @@ from hypothesis import strategies as st
 
 from tests.triton.fake import Config, CpuKernel, grid, operands, tuner
 from tunecache.errors import BadArgumentError
-from tunecache.keys import parse
-from tunecache.triton.keys import KeySpec, config_name, kernel_revision, revision_token
+from tunecache.keys import make_key, parse
+from tunecache.triton.keys import (
+    KeySpec,
+    config_name,
+    kernel_revision,
+    revision_token,
+    same_specialization,
+)
 
 
 def test_a_config_is_named_by_its_sorted_meta_parameters_and_launch_options() -> None:
@@ -93,3 +99,22 @@ def test_a_kernels_revision_is_its_sources_digest_or_the_callers_own() -> None:
     assert kernel_revision(jitted, "v 2") == "Rv%202"
     assert kernel_revision(jitted, None) is None
     assert kernel_revision(SimpleNamespace(), "auto") is None
+
+
+def test_keys_compile_alike_when_each_size_is_aligned_in_both_or_neither() -> None:
+    def key(**dims: int) -> Any:
+        return make_key("k_F16", list(dims.items()))
+
+    assert same_specialization(key(n=1024), key(n=4096))
+    assert same_specialization(key(n=1000), key(n=1010))
+    assert not same_specialization(key(n=1000), key(n=1024))
+    assert not same_specialization(key(n=1), key(n=3))  # Triton's "equal to 1" too
+    assert not same_specialization(key(m=64, n=32), key(m=64, n=33))
+    assert not same_specialization(key(m=64), key(n=64))
+
+
+def test_the_config_name_limit_is_the_candidate_lists_own() -> None:
+    from tunecache import candidates
+    from tunecache.triton import keys
+
+    assert keys.MAX_NAME_LEN == candidates.MAX_NAME_LEN

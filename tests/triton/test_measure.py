@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.triton.fake import (
     blocks,
     configs,
     launch,
+    operands,
     stored,
     tuner,
 )
@@ -91,3 +93,59 @@ def test_a_config_launches_between_its_own_hook_the_pre_hook_and_the_post_hook()
     assert seen[-1][0] == "post" and isinstance(seen[-1][1], ZeroDivisionError)
     with pytest.raises(BadArgumentError, match=r"mm: \['BLOCK'\] are passed by the caller"):
         kernel_call(Kernel(), "mm", config, Call((1,), {"BLOCK": 8}, {}))
+
+
+# -- the output check -----------------------------------------------------------------------------
+
+#: a slow correct config, and a fast one whose outputs are off by one everywhere
+RIGHT, WRONG = Config({"BLOCK": 32, "WORK": 40}), Config({"BLOCK": 64, "WORK": 1, "OFF": 1})
+
+
+def test_a_faster_config_with_wrong_outputs_is_recorded_wrong_and_never_chosen(
+    tmp_path: Path,
+) -> None:
+    from tunecache.cache import Cache
+
+    unchecked = tuner(CpuKernel(), [RIGHT, WRONG], root=tmp_path / "unchecked")
+    launch(unchecked, 64)
+    assert unchecked.best_config is WRONG  # what the check is for
+    assert unchecked.outputs_time is None
+    for outputs in (["out"], True):
+        root = tmp_path / str(outputs is True)
+        checked = tuner(CpuKernel(), [RIGHT, WRONG], check_outputs=outputs, root=root)
+        out = launch(checked, 64)
+        assert checked.best_config is RIGHT
+        assert checked.outputs_time is not None and checked.outputs_time >= 0
+        assert math.isinf(checked.configs_timings[WRONG][0])  # never benched
+        a, b, _ = operands(64)
+        assert abs(out - a @ b).max() < 1e-4  # the launch that followed ran the right config
+        assert checked.wait_pending(timeout=60)
+        with Cache.open(device=GPU, root=root) as cache:
+            key = checked.key(*operands(64), 64, 40, 48)
+            entry = cache.get(key, candidates=checked.candidates)
+            assert entry is not None and entry.choice == checked.candidates[0]
+            record = cache.record(entry)
+        assert record is not None
+        (refused,) = [c for c in record.candidates if c.error]
+        assert refused.name == checked.candidates[1] and not refused.samples
+        assert refused.error is not None and refused.error.startswith("wrong output: out:")
+        assert "largest difference 1" in refused.error
+
+
+def test_a_difference_within_the_tolerance_is_none(tmp_path: Path) -> None:
+    # The outputs are about 7 in magnitude: 1e-5 off is within float32's default tolerance
+    # (its epsilon's square root, 3.5e-4 of the largest magnitude), and not within 1e-9.
+    near = Config({"BLOCK": 64, "WORK": 1, "OFF": 1e-5})
+    lenient = tuner(CpuKernel(), [RIGHT, near], check_outputs=["out"], root=tmp_path / "a")
+    launch(lenient, 64)
+    assert lenient.best_config is near
+    strict = tuner(
+        CpuKernel(), [RIGHT, near], check_outputs=["out"], check_tolerance=1e-9, root=tmp_path
+    )
+    launch(strict, 64)
+    assert strict.best_config is RIGHT
+
+
+def test_check_outputs_names_kernel_arguments() -> None:
+    with pytest.raises(BadArgumentError, match=r"check_outputs names \['c'\]"):
+        tuner(CpuKernel(), [RIGHT, WRONG], check_outputs=["c"])

@@ -32,6 +32,10 @@ from tunecache.triton.options import DEFAULTS, Options
         ({"device": "nvidia-h200"}, "tunecache.Device"),
         ({"pending_limit": -1}, "pending_limit"),
         ({"revision": ""}, "revision"),
+        ({"check_outputs": "out"}, "check_outputs is a bool or a non-empty list"),
+        ({"check_outputs": []}, "check_outputs is a bool or a non-empty list"),
+        ({"check_tolerance": -1e-3}, "check_tolerance"),
+        ({"check_tolerance": True}, "check_tolerance"),
     ],
 )
 def test_bad_arguments_fail_when_the_decorator_is_made(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT
 from tests.triton.fake import GPU, CpuKernel, TableTimer, backend, blocks, launch, tuner
@@ -16,21 +17,65 @@ from tunecache.triton.options import Options
 from tunecache.triton.state import KernelStore, Target, WarnOnce
 
 
-def test_a_warm_process_answers_a_stored_key_without_sqlalchemy() -> None:
-    launch(tuner(CpuKernel()), 96)
+def test_a_warm_process_answers_a_stored_key_with_the_kernels_own_reader() -> None:
+    tuned = tuner(CpuKernel())
+    launch(tuned, 96)
+    assert tuned.wait_pending(timeout=60)  # the record in the store before the child starts
     code = (
         "import sys\n"
         "from tests.triton.fake import CpuKernel, tuner, launch\n"
         "kernel = tuner(CpuKernel())\n"
         "launch(kernel, 96)\n"
         "assert kernel.stats['exact'] == 1, kernel.stats\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'alembic'}))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        " {'sqlalchemy', 'alembic', 'cbor2', 'tunecache'}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=os.environ
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    loaded = set(eval(done.stdout))
+    assert not {m.split(".")[0] for m in loaded} & {"sqlalchemy", "alembic", "cbor2"}
+    # One indexed read answers it: no resolver (its nearest-shape index), no writer, no bench,
+    # no pending keys, no reuse rule.
+    assert "tunecache.triton.stored" in loaded
+    unused = {
+        "tunecache.resolve",
+        "tunecache.triton.writer",
+        "tunecache.triton.measure",
+        "tunecache.bench",
+        "tunecache.triton.background",
+        "tunecache.triton.reuse",
+    }
+    assert not loaded & unused
+
+
+def test_a_store_whose_view_is_not_the_read_contracts_is_left_to_the_resolver() -> None:
+    import sqlite3
+
+    tuned = tuner(CpuKernel())
+    launch(tuned, 96)
+    db = stored_path(tuned)
+    with sqlite3.connect(db) as conn:  # a damaged store: the view answers something else
+        conn.execute("DROP VIEW read_entries_v1")
+        conn.execute("CREATE VIEW read_entries_v1 AS SELECT * FROM entries WHERE 0")
+    conn.close()
+    again = tuner(CpuKernel())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch(again, 96)
+        again.wait_pending(timeout=60)
+    # The resolver's guarded reader decides, and says why: nothing stored is served.
+    assert again.stats["exact"] == 0 and again.stats["tuned"] == 1
+    assert any("cannot read the cache" in str(w.message) for w in caught)
+
+
+def stored_path(kernel: Any) -> Path:
+    """The store file of the test GPU under the test's cache root, its records written."""
+    from tunecache import paths
+
+    assert kernel.wait_pending(timeout=60)
+    return paths.locate(device=GPU)[1]
 
 
 def test_a_store_whose_path_needs_quoting_still_finds_old_entries(tmp_path: Path) -> None:

@@ -50,6 +50,13 @@ def scale(x_ptr, out_ptr, n, EVEN: tl.constexpr, BLOCK: tl.constexpr):
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
 
 
+@triton.jit
+def shifted(x_ptr, out_ptr, n, OFF: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + OFF, mask=mask)
+
+
 BLOCKS = [triton.Config({"BLOCK": b}, num_warps=4) for b in (256, 1024, 4096)]
 
 
@@ -88,7 +95,8 @@ def main() -> None:
     ok(f"tuned M=256 in {kernel.bench_time:.3f} s: {entry.choice}; the oversized config failed")
     ok(f"  ({errors[tct.config_name(mm.OVERSIZED)][:90]}...)")
 
-    a, b, c = mm.operands(250)
+    # 240 = 16 x 15: Triton compiles it as it does 256 (a size compiled apart is tuned at once)
+    a, b, c = mm.operands(240)
     kernel[mm.grid](*mm.args(a, b, c))
     assert kernel.stats["borrowed"] == 1 and len(kernel.pending) == 1
     c.fill_(7.0)
@@ -98,19 +106,19 @@ def main() -> None:
     assert len(done) == 1 and stored(kernel, *mm.args(a, b, c))[0] is not None
     assert bool((c == 7.0).all()), "tune_pending wrote the caller's output"
     ok(
-        "M=250 borrowed M=256's config at once, then tune_pending() tuned it on copies of its"
+        "M=240 borrowed M=256's config at once, then tune_pending() tuned it on copies of its"
         " arguments (the caller's output untouched) and stored it"
     )
 
     background = tct.autotune(configs=configs, key=["M", "N", "K"], unseen="background")(
         mm.matmul_kernel
     )
-    a, b, c = mm.operands(260)
+    a, b, c = mm.operands(272)
     background[mm.grid](*mm.args(a, b, c))
     assert background.stats["borrowed"] == 1
     assert background.wait_pending(timeout=120) and background.errors == [], background.errors
     assert stored(background, *mm.args(a, b, c))[0] is not None
-    ok("M=260 borrowed, then tuned by the background thread on its own stream")
+    ok("M=272 borrowed, then tuned by the background thread on its own stream")
 
     adder = tct.autotune(configs=BLOCKS, key=["n"], reset_to_zero=["out_ptr"])(add_into)
     x = torch.randn(100_000, device="cuda")
@@ -155,6 +163,7 @@ def main() -> None:
     ok("autotune over triton.heuristics over triton.jit: launches, and keys by the kernel name")
     drop_in_checks()
     second_family()
+    output_checks()
     print("all GPU checks passed", flush=True)
 
 
@@ -212,6 +221,62 @@ def second_family() -> None:
     measured = [t for t in record.candidates if t.samples]
     assert len(measured) == len(ln.CONFIGS), [t.name for t in record.candidates]
     ok(f"layer norm N=5000 tuned in {kernel.bench_time:.3f} s, correct: {entry.choice}")
+
+
+def output_checks() -> None:
+    """check_outputs on the GPU (issue 17 item 5, issue 18 item 5): a config whose outputs
+    differ is recorded wrong and never chosen, real blockings agree within the tolerance; and a
+    key whose nearest neighbour Triton compiles apart is tuned, not borrowed."""
+    configs = [
+        triton.Config({"BLOCK": 256, "OFF": 0.0}, num_warps=4),
+        triton.Config({"BLOCK": 1024, "OFF": 1e-6}, num_warps=4),  # within float32's tolerance
+        triton.Config({"BLOCK": 4096, "OFF": 1.0}, num_warps=4),  # off by one: wrong
+    ]
+    kernel = tct.autotune(configs=configs, key=["n"], check_outputs=["out_ptr"])(shifted)
+    x = torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    kernel[vgrid](x, out, x.numel())
+    torch.cuda.synchronize()
+    assert kernel.best_config is not configs[2], kernel.best_config
+    assert float((out - x * 2.0).abs().max()) < 1e-5
+    entry, record = stored(kernel, x, out, x.numel())
+    assert entry is not None and record is not None
+    refused = {t.name: t.error for t in record.candidates if t.error}
+    assert list(refused) == [tct.config_name(configs[2])], refused
+    text = refused[tct.config_name(configs[2])] or ""
+    assert text.startswith("wrong output: out_ptr: largest difference 1"), text
+    ok(f"check_outputs: the off-by-one config is recorded wrong, never chosen ({text[:70]}...)")
+
+    # The four configs compiled above, at a size Triton specialises as it did 256 (no compile).
+    every = tct.autotune(configs=mm.CONFIGS[:4], key=mm.KEY, check_outputs=True)(mm.matmul_kernel)
+    a, b, c = mm.operands(512)
+    every[mm.grid](*mm.args(a, b, c))
+    torch.cuda.synchronize()
+    entry, record = stored(every, *mm.args(a, b, c))
+    assert record is not None
+    refused = {t.name: t.error for t in record.candidates if t.error}
+    assert list(refused) == [tct.config_name(mm.OVERSIZED)] or not refused, refused
+    ok(
+        f"check_outputs=True on the fp16 matmul: no config refused as wrong; the check took"
+        f" {every.outputs_time * 1e3:.1f} ms of its {every.bench_time * 1e3:.0f} ms tune"
+    )
+
+    tuned = tct.autotune(configs=ln.CONFIGS, key=ln.KEY, unseen="tune")(ln.KERNEL)
+    ops = ln.operands(2048)
+    tuned[ln.grid](*ln.args(*ops))
+    served = tct.autotune(configs=ln.CONFIGS, key=ln.KEY)(ln.KERNEL)
+    aligned = ln.operands(2000)  # 2000 = 16 x 125: compiled like 2048, borrows its config
+    served[ln.grid](*ln.args(*aligned))
+    assert served.stats["borrowed"] == 1 and served.stats["tuned"] == 0, served.stats
+    unaligned = ln.operands(2040)  # not a multiple of 16: another kernel, tuned at once
+    served[ln.grid](*ln.args(*unaligned))
+    torch.cuda.synchronize()
+    assert served.stats["borrowed"] == 1 and served.stats["tuned"] == 1, served.stats
+    assert ln.error(unaligned) < 1e-2 and ln.error(aligned) < 1e-2
+    ok(
+        "layer norm beside N=2048: N=2000 (aligned alike) borrowed its config, N=2040 (not a"
+        f" multiple of 16) tuned at once in {served.bench_time * 1e3:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ def _decorate(mode: str, family: Any, root: str | None, warm: bool) -> tuple[Any
             key=family.KEY,
             unseen="borrow" if warm else "tune",
             root=root,
+            check_outputs=family.OUTPUTS,  # the output check on, as in every tuning here
         )(family.KERNEL)
     return kernel, time.perf_counter() - t0
 
@@ -86,7 +87,9 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
     import torch
 
     family = importlib.import_module(name)
+    before = set(sys.modules)
     kernel, decorate = _decorate(mode, family, root, task == "warm")
+    decorated = set(sys.modules)
     ops = family.operands(shape)
     preload = (
         family.CONFIGS
@@ -102,7 +105,9 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
 
         profiler = cProfile.Profile()
         profiler.enable()
+    loaded = set(sys.modules)
     first = first_call(kernel, family, ops)
+    called = set(sys.modules)
     if profiler is not None:
         import io
         import pstats
@@ -119,6 +124,12 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
         "imported": imported_first,
         "stats": stats,
         "error": family.error(ops),
+        # What decoration and the first call imported (the first call's after the preloads).
+        "modules": {
+            "decoration": sorted(decorated - before),
+            "first call": sorted(called - loaded),
+            "sqlite3 before": "sqlite3" in before,
+        },
     }
     if mode == "tunecache":
         out["bench_time"], out["store_time"] = kernel.bench_time, kernel.store_time
@@ -140,9 +151,12 @@ def run(
     root: Path | None = None,
     preload: str = "",
     profile: bool = False,
+    importtime: bool = False,
 ) -> dict[str, Any]:
-    """Run one child and return what it measured (its profile printed, if asked)."""
-    command = [sys.executable, __file__, task, family, mode, str(shape)]
+    """Run one child and return what it measured (its profile printed, if asked; with
+    `importtime`, Python's -X importtime lines of tunecache and sqlite3 printed)."""
+    command = [sys.executable, *(["-X", "importtime"] if importtime else []), __file__]
+    command += [task, family, mode, str(shape)]
     if root is not None:
         command += ["--root", str(root)]
     if preload:
@@ -156,6 +170,11 @@ def run(
         print(f"   profile of the first call, {family} {mode}:", flush=True)
         for line in [line for line in done.stderr.splitlines() if line.strip()][:40]:
             print(f"     {line[:150]}", flush=True)
+    if importtime:
+        print(f"   -X importtime, {family} {mode} (us: self | cumulative), tunecache and sqlite3:")
+        for line in done.stderr.splitlines():
+            if line.startswith("import time:") and ("tunecache" in line or "sqlite" in line):
+                print(f"     {line[len('import time:') :].rstrip()}", flush=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

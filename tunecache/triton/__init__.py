@@ -22,17 +22,17 @@ queued). SQLAlchemy loads only to create or upgrade a store.
 The modules, from the bottom: `keys` (config names, tuning keys), `reuse` (what stored timings
 answer for a changed config list), `options` (the decorator's arguments, checked), `backend`
 (what the autotuner needs from the machine), `configs` (a kernel's configs and their pruning),
-`measure` (timing configs), `writer` (records written behind the launch), `state` (the store,
-per device), `background` (pending keys and their thread), `flow` (what the first call sets up,
-and the path of a miss), `autotuner` (the kernel, launched), `gpu` (the Triton and torch backend)
-and `decorator` (`autotune`).
+`measure` (timing configs), `writer` (records written behind the launch), `stored` (a stored
+key's one read), `state` (the store, per device), `background` (pending keys and their thread),
+`flow` (what the first call sets up, and the path of a miss), `gpu` (the Triton and torch
+backend) and `autotuner` (`autotune`, and the kernel it returns).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tunecache.triton.decorator import autotune
+from tunecache.triton.autotuner import autotune
 
 if TYPE_CHECKING:
     from tunecache.triton.autotuner import Autotuner

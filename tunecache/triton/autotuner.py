@@ -1,5 +1,11 @@
-"""The kernel `tunecache.triton.autotune` returns: Triton's launch syntax and attributes, no
-Triton in it.
+"""`tunecache.triton.autotune`, and the kernel it returns: Triton's launch syntax and
+attributes, no Triton in it.
+
+The decorator checks its arguments at once (`options.Options`), and applied to a kernel it
+builds an `Autotuner` that remembers them, checked against the kernel's. Making and applying it
+loads this module, `options` and the package's errors, nothing more
+(tests/triton/test_decorator.py holds the list): the GPU backend (`gpu.gpu_backend`, Triton and
+torch), the config names, the key's form, the store and the bench come with the first call.
 
 Everything Triton- or GPU-specific comes in through a `Backend` (`backend.py`); `gpu.py` builds
 the GPU one, and the tests drive the very same machinery with a CPU kernel and a CPU backend.
@@ -15,26 +21,27 @@ from __future__ import annotations
 
 import time
 from _thread import RLock  # threading costs ~2 ms to import; its RLock is this one
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError
-from tunecache.triton.backend import Backend, clone
-from tunecache.triton.configs import all_kwargs
-from tunecache.triton.keys import KeySpec, kernel_revision
-from tunecache.triton.options import Options
+from tunecache.triton.options import DEFAULT_MAX_DISTANCE, Options
 
 if TYPE_CHECKING:
     from tunecache.keys import Key
+    from tunecache.triton.backend import Backend
     from tunecache.triton.background import Pending
     from tunecache.triton.configs import Choice
     from tunecache.triton.flow import Flow
+    from tunecache.triton.keys import KeySpec
 
-__all__ = ["Autotuner"]
+__all__ = ["Autotuner", "autotune"]
 
-#: what makes a kernel's backend: the backend itself, or a call that builds it at the first call
-BackendSource = Backend | Callable[[], Backend]
+if TYPE_CHECKING:
+    #: what makes a kernel's backend: the backend itself, or a call that builds it at the first
+    #: call (a type only: the backend module loads with the first call)
+    BackendSource = Backend | Callable[[], Backend]
 
 
 def _kernel_arguments(fn: Any) -> list[str]:
@@ -62,19 +69,30 @@ class Autotuner:
         # The Python function under @triton.jit (and any @triton.heuristics): it names the key.
         while not isinstance(self.base_fn, FunctionType) and hasattr(self.base_fn, "fn"):
             self.base_fn = self.base_fn.fn
+        checked = options.check_outputs if isinstance(options.check_outputs, list) else []
         for what, names in (
             ("reset_to_zero", options.reset_to_zero),
             ("restore_value", options.restore_value),
+            ("check_outputs", checked),
         ):
             stray = [n for n in names if n not in self.arg_names]
             if stray:
                 raise BadArgumentError(f"{what} names {stray}, which are not kernel arguments")
         self.options = options
         self.keys = list(options.key)
-        op = options.name or getattr(self.base_fn, "__name__", None) or "kernel"
-        #: how calls become keys (its checks run here: a key that names no argument fails now)
-        revision = kernel_revision(fn, options.revision)
-        self.spec = KeySpec(op, self.arg_names, options.key, options.dims, revision)
+        #: the kernel's name in keys
+        self.op: str = options.name or getattr(self.base_fn, "__name__", None) or "kernel"
+        # KeySpec's own checks of the key, made now (the spec is built by the first call).
+        unknown = [k for k in self.keys if k not in self.arg_names]
+        if unknown:
+            raise BadArgumentError(
+                f"key names {unknown}, which are not arguments of {self.op}"
+                f" (its arguments: {self.arg_names})"
+            )
+        if len(set(self.keys)) != len(self.keys):
+            raise BadArgumentError(f"key names an argument twice: {self.keys}")
+        #: how calls become keys, with the kernel's source revision (set by the first call)
+        self.spec: KeySpec
         self.reset_to_zero = options.reset_to_zero
         self.restore_value = options.restore_value
         self.restore_copies: dict[str, Any] = {}
@@ -88,6 +106,8 @@ class Autotuner:
         #: its record to the writer (the write itself happens behind the launch)
         self.bench_time: float | None = None
         self.store_time: float | None = None
+        #: seconds the last tuning spent checking its configs' outputs (`check_outputs`)
+        self.outputs_time: float | None = None
         #: each benched config's [median, p20, p80] in ms, as Triton's Autotuner keeps them
         self.configs_timings: dict[Any, list[float]] = {}
         #: how many distinct keys were answered each way, over the life of this kernel
@@ -100,7 +120,7 @@ class Autotuner:
         self._building = RLock()
 
     def __repr__(self) -> str:
-        return f"<tunecache.triton.Autotuner {self.spec.op} configs={len(self.options.configs)}>"
+        return f"<tunecache.triton.Autotuner {self.op} configs={len(self.options.given_configs)}>"
 
     # -- what the first call sets up ------------------------------------------------------------
 
@@ -111,8 +131,13 @@ class Autotuner:
             return flow
         with self._building:
             if self._flow is None:
+                from tunecache.triton.backend import Backend
                 from tunecache.triton.flow import Flow
+                from tunecache.triton.keys import KeySpec, kernel_revision
 
+                options = self.options
+                revision = kernel_revision(self.fn, options.revision)
+                self.spec = KeySpec(self.op, self.arg_names, options.key, options.dims, revision)
                 source = self._source
                 backend = source if isinstance(source, Backend) else source()
                 flow = Flow(self, backend)
@@ -195,6 +220,8 @@ class Autotuner:
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config this call could use, without running any (Triton's warmup)."""
+        from tunecache.triton.configs import all_kwargs
+
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         try:
             return [
@@ -248,7 +275,9 @@ class Autotuner:
                 target.zero_()
             else:
                 target[...] = 0
-        if not reset_only:
+        if not reset_only and self.restore_value:
+            from tunecache.triton.backend import clone
+
             self.restore_copies = {
                 name: clone(kwargs[name])
                 for name in self.restore_value
@@ -263,3 +292,109 @@ class Autotuner:
             else:
                 target[...] = saved
         self.restore_copies = {}
+
+
+# -- the decorator ---------------------------------------------------------------------------
+
+
+def autotune(
+    configs: Sequence[Any],
+    key: Sequence[str],
+    prune_configs_by: Mapping[str, Any] | None = None,
+    reset_to_zero: Sequence[str] | None = None,
+    restore_value: Sequence[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    warmup: int | None = None,
+    rep: int | None = None,
+    use_cuda_graph: bool = False,
+    do_bench: Callable[..., Any] | None = None,
+    cache_results: bool = False,
+    *,
+    max_distance: float = DEFAULT_MAX_DISTANCE,
+    unseen: str = "borrow",
+    dims: Sequence[str] | None = None,
+    name: str | None = None,
+    revision: str | None = "auto",
+    root: Any = None,
+    path: Any = None,
+    device: Any = None,
+    bench: Mapping[str, Any] | None = None,
+    flush_l2: bool = True,
+    pending_limit: int = 32,
+    check_outputs: bool | Sequence[str] = False,
+    check_tolerance: float | None = None,
+) -> Callable[[Any], Autotuner]:
+    """Decorate a `@triton.jit` kernel so its configs are tuned once per device and key, and
+    kept in the tunecache store.
+
+    The arguments Triton's `autotune` takes mean what they mean there: `configs`, `key`,
+    `prune_configs_by` (`perf_model`, `top_k`, `early_config_prune`), `reset_to_zero`,
+    `restore_value`, `pre_hook`, `post_hook` and `do_bench` (a timer `do_bench(fn, quantiles)`
+    in ms, used instead of tunecache's adaptive bench). `warmup`, `rep` and `use_cuda_graph`
+    (deprecated in Triton) are accepted and ignored: the bench stops on evidence, within
+    `bench["budget"]`. `cache_results` is accepted and ignored: results always persist.
+
+    Ours: `max_distance` caps how far (summed |log2| ratio of the sizes) an unseen key may
+    borrow a tuned neighbour's config; `unseen` is "borrow" (serve the neighbour's config now,
+    tune on `kernel.tune_pending()`), "background" (a daemon thread tunes it) or "tune" (tune
+    now, as Triton). `dims` names the key arguments that are sizes (default: every key argument
+    whose value is a non-negative int). `name` replaces the kernel's name in keys; `revision`
+    ("auto": a digest of the kernel's source; None: none; or your own string) makes an edited
+    kernel start afresh. `root` and `path` place the store as `tunecache.open` does; `device`
+    (a `tunecache.Device`) replaces the detected GPU identity. `bench` overrides `GPU_BENCH`;
+    `flush_l2` evicts the L2 cache before each timed launch, as Triton's `do_bench` does.
+    `pending_limit` caps how many borrowed keys keep their first call's arguments.
+    `check_outputs` checks configs before timing them: after each config's first launch, the
+    arguments it names (True: every tensor argument) are compared with what the first config
+    that ran left there (`tunecache.compare`'s rules: integers exactly, floats within
+    `check_tolerance` of the reference's largest magnitude, default the square root of the
+    dtype's epsilon); a config that differs is recorded as a wrong output, never benched or
+    chosen.
+
+    Bad arguments raise BadArgumentError here, before any kernel is seen, or when the
+    decorator is applied (names that are not the kernel's arguments); never on a launch.
+    """
+    # Every argument, by name, as `autotune` was given it: Options checks them all.
+    options = Options(
+        configs,
+        key,
+        prune_configs_by=prune_configs_by,
+        reset_to_zero=reset_to_zero,
+        restore_value=restore_value,
+        pre_hook=pre_hook,
+        post_hook=post_hook,
+        warmup=warmup,
+        rep=rep,
+        use_cuda_graph=use_cuda_graph,
+        do_bench=do_bench,
+        cache_results=cache_results,
+        max_distance=max_distance,
+        unseen=unseen,
+        dims=dims,
+        name=name,
+        revision=revision,
+        root=root,
+        path=path,
+        device=device,
+        bench=bench,
+        flush_l2=flush_l2,
+        pending_limit=pending_limit,
+        check_outputs=check_outputs,
+        check_tolerance=check_tolerance,
+    )
+
+    def decorator(fn: Any) -> Autotuner:
+        return _decorate(fn, options)
+
+    return decorator
+
+
+def _decorate(fn: Any, options: Options) -> Autotuner:
+    def backend() -> Backend:
+        # At the kernel's first call: Triton and torch are the GPU backend's to import.
+        from tunecache.triton.gpu import gpu_backend
+
+        return gpu_backend(options.device, options.flush_l2)
+
+    return Autotuner(fn, options, backend)

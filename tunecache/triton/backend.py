@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tunecache.device import Device
     from tunecache.triton.configs import NoConfigError
 
-__all__ = ["Backend", "clone"]
+__all__ = ["Backend", "clone", "difference"]
 
 
 def clone(value: Any) -> Any:
@@ -39,6 +39,14 @@ def _first_device() -> int:
     return 0
 
 
+def difference(expected: Any, actual: Any, tolerance: float | None) -> str | None:
+    """How one output argument differs from the reference's, or None: `tunecache.compare`'s
+    rules, on the host (numpy arrays and numbers)."""
+    from tunecache.compare import difference as differ
+
+    return differ(expected, actual, tolerance)
+
+
 class Backend:
     """What the autotuner needs from the machine its kernels run on.
 
@@ -57,7 +65,10 @@ class Backend:
       given, so the caller's dict is never shared);
     - `default_config()`: the config used when the caller gives none (Triton: one `Config`);
     - `no_config_error`: what `early_config_prune` keeping no config raises (a subclass of
-      `configs.NoConfigError`, Triton's a `triton.TritonError` too); None: NoConfigError itself.
+      `configs.NoConfigError`, Triton's a `triton.TritonError` too); None: NoConfigError itself;
+    - `difference(expected, actual, tolerance)`: how an output argument differs from the
+      reference config's, in one line, or None (`check_outputs`): `difference` on the host, the
+      GPU's on the device (copying outputs to the host would cost more than the bench).
 
     A plain class, not a dataclass: `dataclasses` pulls in `inspect`, about 4 ms of every
     process that applies the decorator.
@@ -70,6 +81,7 @@ class Backend:
         "current",
         "default_config",
         "device",
+        "difference",
         "failures",
         "flush",
         "no_config_error",
@@ -89,9 +101,11 @@ class Backend:
         bench: Mapping[str, Any] | None = None,
         default_config: Callable[[], Any] | None = None,
         no_config_error: type[NoConfigError] | None = None,
+        difference: Callable[[Any, Any, float | None], str | None] = difference,
     ) -> None:
         self.device, self.current, self.sync, self.failures = device, current, sync, failures
         self.context, self.clone, self.flush = context, clone, flush
         self.bench: dict[str, Any] = dict(bench or {})
         self.default_config = default_config
         self.no_config_error = no_config_error
+        self.difference = difference

@@ -1,8 +1,9 @@
 """What a kernel's first call sets up, and the path of a key not answered yet in this process.
 
 `Autotuner` (autotuner.py) keeps only what applying the decorator needs; its first call builds a
-`Flow`, once: the backend, the configs by name, the store per device, the measurer and the
-pending keys, and the modules they take (the resolver, sqlite3, the bench's). A miss resolves
+`Flow`, once: the backend, the configs by name and the store per device; the measurer, the
+pending keys, the resolver's table and the writer (and the modules they take: the bench's,
+numpy's index, the writer's thread) come with the first key that needs them. A miss resolves
 like this:
 
 1. the Triton tuning key of the call (a tuple: the key arguments' values and the tensors'
@@ -10,13 +11,14 @@ like this:
 2. on a miss, the legal configs (after `early_config_prune`) are worked out; when pruning leaves
    one config (`early_config_prune`, or `perf_model` with a `top_k` of one), it is launched
    without a bench and nothing is stored, as in Triton;
-3. the tunecache key is made, and `resolve.Table` answers from the store through stdlib sqlite3:
-   an exact entry for this config list is used as it is;
+3. the tunecache key is made, and the device's store reader (`stored.py`: stdlib sqlite3, one
+   indexed read) answers: an exact entry for this config list is used as it is;
 4. an entry of the same key tuned against another config list is reused by the rule of
    `reuse.plan_reuse` (docs/triton.md), benching only what it must;
-5. an unseen key within `max_distance` of a tuned one borrows its config at once (`unseen=
-   "borrow"`) and is remembered as pending (`background.py`): `tune_pending()` tunes it later,
-   or a daemon thread does (`unseen="background"`);
+5. an unseen key within `max_distance` of a tuned one (the resolver's `Table`, opened now)
+   borrows its config at once (`unseen="borrow"`) and is remembered as pending
+   (`background.py`): `tune_pending()` tunes it later, or a daemon thread does
+   (`unseen="background"`);
 6. otherwise the key is tuned now, as Triton would (`measure.py`), the winner launched, and its
    record handed to the writer (`state.py`, `writer.py`), which stores it behind the launch.
 """
@@ -27,31 +29,45 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from tunecache.resolve import Answer
 from tunecache.triton.backend import Backend
-from tunecache.triton.background import PendingItem, PendingKeys
 from tunecache.triton.configs import Choice, ConfigSet, all_kwargs
-from tunecache.triton.measure import Call, Measurer
-from tunecache.triton.reuse import SURVIVORS, Plan, kept_record, merged_record, plan_reuse
-from tunecache.triton.state import (
-    DeviceState,
-    KernelStore,
-    OldEntry,
-    Previous,
-    Target,
-    WarnOnce,
-)
-from tunecache.triton.writer import WRITER
+from tunecache.triton.keys import same_specialization
+from tunecache.triton.state import DeviceState, KernelStore, OldEntry, Target, WarnOnce
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
     from tunecache.triton.autotuner import Autotuner
+    from tunecache.triton.background import PendingItem, PendingKeys
+    from tunecache.triton.measure import Call, Measurer
+    from tunecache.triton.reuse import Plan
+    from tunecache.triton.state import Previous
 
 __all__ = ["Flow"]
+
+#: a call's positional arguments (or its Triton tuning key), and keyword arguments
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+
+
+def _quiet() -> None:
+    """Wait while this process's writer is creating a store (`writer.RecordWriter.quiet`), if
+    the writer was ever loaded: a store it is creating reads as damaged until its schema
+    commits (the resolver would answer the heuristic for good). Only the first process of a
+    device ever waits, for the time Cache takes to create the store."""
+    import sys
+
+    module = sys.modules.get("tunecache.triton.writer")
+    if module is not None:
+        module.WRITER.quiet()
 
 
 class Flow:
     """A kernel's machinery, built at its first call: devices, configs, store, bench, pending.
+
+    What a stored key needs (the configs by name, the store's reader) is built at once; the
+    bench (`measure.py`), the pending keys (`background.py`), the reuse rule and the writer are
+    loaded by the first key that needs them, so a warm process that only meets stored keys
+    never imports them.
 
     The Triton-visible results of a miss (`stats`, `nargs`, `configs_timings`, `bench_time`,
     `store_time`) are set on the kernel, as Triton's Autotuner keeps them.
@@ -79,12 +95,40 @@ class Flow:
         self.lock = threading.RLock()
         #: device number -> its state (its table and its memo of answered calls)
         self.states: dict[int, DeviceState] = {}
-        warn = WarnOnce()
-        self.store = KernelStore(op, options, backend, warn)
-        self.measurer = Measurer(kernel, op, self.configs, options, backend)
-        self.pending = PendingKeys(
-            op, options, backend, self.lock, warn, self.decide_pending, kernel.errors
-        )
+        self.warn = WarnOnce()
+        self.store = KernelStore(op, options, backend, self.warn)
+        self._measurer: Measurer | None = None
+        self._pending: PendingKeys | None = None
+
+    @property
+    def measurer(self) -> Measurer:
+        """What times the configs (built by the first key benched)."""
+        if self._measurer is None:
+            from tunecache.triton.measure import Measurer
+
+            kernel = self.kernel
+            self._measurer = Measurer(
+                kernel, kernel.spec.op, self.configs, kernel.options, self.backend
+            )
+        return self._measurer
+
+    @property
+    def pending(self) -> PendingKeys:
+        """The kernel's pending keys (made by the first key borrowed, or the first look)."""
+        if self._pending is None:
+            from tunecache.triton.background import PendingKeys
+
+            kernel = self.kernel
+            self._pending = PendingKeys(
+                kernel.spec.op,
+                kernel.options,
+                self.backend,
+                self.lock,
+                self.warn,
+                self.decide_pending,
+                kernel.errors,
+            )
+        return self._pending
 
     def state(self, index: int) -> DeviceState:
         """Device `index`'s state, opened on its first call."""
@@ -94,13 +138,7 @@ class Flow:
                 state = self.states[index] = self.store.open(index)
             return state
 
-    def miss(
-        self,
-        state: DeviceState,
-        raw: tuple[Any, ...],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Choice:
+    def miss(self, state: DeviceState, raw: Args, args: Args, kwargs: Kwargs) -> Choice:
         """The choice for a call whose Triton key this process has not answered yet."""
         kernel = self.kernel
         with self.lock:
@@ -110,52 +148,76 @@ class Flow:
             nargs = dict(zip(kernel.arg_names, args, strict=False))
             kernel.nargs = nargs
             try:
-                name = self._decide(state, raw, Call(args, kwargs, nargs))
+                name = self._decide(state, raw, (args, kwargs, nargs))
             finally:
                 kernel.nargs = None
             choice = self.configs.choice(name)
             state.memo[raw] = choice
             return choice
 
-    def _decide(self, state: DeviceState, raw: tuple[Any, ...], call: Call) -> str:
-        """The config name for a key not answered yet in this process."""
-        # A store this process's writer is creating reads as damaged until its schema commits
-        # (the resolver would answer the heuristic for good): the miss waits for it. Only the
-        # first process of a device ever does, for the time Cache takes to create the store.
-        WRITER.quiet()
+    def _decide(self, state: DeviceState, raw: Args, given: tuple[Args, Kwargs, Kwargs]) -> str:
+        """The config name for a key not answered yet in this process; `given` is the call's
+        arguments, its keyword arguments, and all of them by name."""
+        args, kwargs, nargs = given
+        _quiet()
         stats = self.kernel.stats
         configs = self.configs
-        legal = configs.legal(call.nargs, call.kwargs)
-        only = configs.only(legal, call.nargs, call.kwargs)
+        legal = configs.legal(nargs, kwargs)
+        only = configs.only(legal, nargs, kwargs)
         if only is not None:
             stats["single"] += 1
             return configs.name_of(only)
         legal_names = [configs.name_of(c) for c in legal]
-        key = self.kernel.spec.make(call.args, call.kwargs)
+        key = self.kernel.spec.make(args, kwargs)
         known = configs.names
         target = Target(state, key, known + tuple(n for n in legal_names if n not in known))
-        answer = state.table.resolve(key, target.names, target.names[0])
-        if answer.source == "exact" and answer.choice in legal_names:
+        store = self.store
+        exact = store.exact(target)
+        if exact is not None and exact in legal_names:
             stats["exact"] += 1
-            return answer.choice
+            return exact
+        from tunecache.triton.measure import Call
+
+        call = Call(args, kwargs, nargs)
         defer = self.kernel.options.unseen != "tune"
         # Read once: the same question decides between reuse and a bench below.
-        old = self.store.old_entries(target) if answer.source != "exact" else []
+        old = store.old_entries(target) if exact is None else []
         if old:
             name, deferred = self._settle(target, legal, call, defer, old=old)
             if not deferred:
                 return name
+            from tunecache.resolve import Answer
+
             answer = Answer(name, "nearest", None, 0.0, key)
-        elif not (defer and answer.source == "nearest" and answer.choice in legal_names):
-            return self._settle(target, legal, call, False, old=old)[0]
+        else:
+            # Only a key that may borrow asks for a nearest shape (the resolver's index):
+            # a key tuned now needs nothing but the exact answer above.
+            near = store.resolve(target) if defer and exact is None else None
+            if (
+                near is None
+                or near.source != "nearest"
+                or near.choice not in legal_names
+                # A neighbour Triton compiles apart ranks configs for another kernel: tuned
+                # now instead (docs/triton.md, "Borrowing").
+                or (
+                    near.borrowed_from is not None
+                    and not same_specialization(key, near.borrowed_from)
+                )
+            ):
+                return self._settle(target, legal, call, False, old=old)[0]
+            answer = near
         stats["borrowed"] += 1
+        from tunecache.triton.background import PendingItem
+
         self.pending.hold(PendingItem(target, raw, answer, legal), call.args, call.kwargs)
         return answer.choice
 
     def decide_pending(self, item: PendingItem) -> None:
         """Tune a pending key on the copies of its arguments, and memoise its config."""
+        from tunecache.triton.measure import Call
+
         assert item.args is not None and item.kwargs is not None
-        WRITER.quiet()  # as _decide: the store's old entries are read first
+        _quiet()  # as _decide: the store's old entries are read first
         nargs = dict(zip(self.kernel.arg_names, item.args, strict=False))
         call = Call(item.args, item.kwargs, nargs)
         # Tuned on copies of the arguments: no launch follows on them, so no reset (one on
@@ -187,6 +249,8 @@ class Flow:
         if previous is None:
             benched = configs.top_k(legal, call.nargs, call.kwargs)
             return self._tune(target, legal_names, benched, call, None, reset), False
+        from tunecache.triton.reuse import SURVIVORS, kept_record, plan_reuse
+
         plan = plan_reuse(legal_names, previous.names, previous.choice, previous.record, SURVIVORS)
         if plan.choice is not None:
             self.kernel.stats["reused"] += 1
@@ -215,6 +279,8 @@ class Flow:
         kernel.configs_timings = measured.timings
         record = measured.record
         if reuse is not None:
+            from tunecache.triton.reuse import merged_record
+
             plan, previous = reuse
             record = merged_record(record, plan, previous.names, legal_names)
         kernel.bench_time = time.perf_counter() - start

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -20,7 +21,14 @@ from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import NoConfigError
 
-__all__ = ["GPU_BENCH", "driver_version", "gpu_backend", "gpu_device", "triton_no_config_error"]
+__all__ = [
+    "GPU_BENCH",
+    "driver_version",
+    "gpu_backend",
+    "gpu_device",
+    "tensor_difference",
+    "triton_no_config_error",
+]
 
 #: `tunecache.bench.bench` options for a GPU kernel (override any with `bench=`):
 #: 1 ms samples are ~100x the cost of a synchronisation, and 3 rounds of them separate configs
@@ -140,6 +148,77 @@ def triton_no_config_error(triton: Any) -> type[NoConfigError]:
     return found
 
 
+def tensor_difference(
+    torch: Any, expected: Any, actual: Any, tolerance: float | None
+) -> str | None:
+    """`tunecache.compare.difference`'s rules for two torch tensors, worked out on their
+    device (a 4096 x 4096 output compared on the host would cost more than its whole bench);
+    anything else goes to `difference` itself. Floats are compared in float32 (float64 and
+    complex128 for float64 and complex values): the largest finite gap within `tolerance`
+    (default: the square root of the dtype's epsilon) of the reference's largest finite
+    magnitude, NaNs where the reference has them, equal infinities. Integers and booleans
+    exactly."""
+    tensor = torch.Tensor
+    if not (isinstance(expected, tensor) and isinstance(actual, tensor)):
+        from tunecache.triton.backend import difference
+
+        return difference(expected, actual, tolerance)
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
+        return (
+            f"{actual.dtype} of shape {tuple(actual.shape)},"
+            f" expected {expected.dtype} of shape {tuple(expected.shape)}"
+        )
+    count = expected.numel()
+    if count == 0:
+        return None
+    if not (expected.is_floating_point() or expected.is_complex()):
+        if torch.equal(expected, actual):
+            return None
+        unequal = int((expected != actual).sum())
+        return f"{unequal} of {count} values differ (exact: {expected.dtype})"
+    rtol = float(torch.finfo(expected.dtype).eps) ** 0.5 if tolerance is None else tolerance
+    if not expected.is_complex():
+        # The common case, agreement, in two kernels and two synchronisations (a subtraction
+        # and an inf-norm, accumulated in float32): every distinct torch kernel a process
+        # meets for the first time costs it a module load. A NaN or an infinity anywhere
+        # makes the gap NaN or infinite, and then the rules below decide (as they do for a
+        # dtype torch cannot subtract, float8).
+        wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
+        norm = torch.linalg.vector_norm
+        try:
+            gap = float(norm(actual - expected, float("inf"), dtype=wide).item())
+            scale = float(norm(expected, float("inf"), dtype=wide).item()) or 1.0
+        except RuntimeError:
+            gap, scale = math.nan, 1.0
+        if gap <= rtol * scale:
+            return None
+    return _tensor_rules(torch, expected, actual, rtol)
+
+
+def _tensor_rules(torch: Any, expected: Any, actual: Any, rtol: float) -> str | None:
+    """`tensor_difference` element by element: NaNs, infinities, then the largest finite gap."""
+    if expected.is_complex():
+        wide = torch.complex128
+    else:
+        wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
+    ref, got = expected.to(wide), actual.to(wide)
+    holes = ref.isnan()
+    if bool((holes != got.isnan()).any()):
+        return "NaN where the other is a number"
+    huge = ref.isinf()
+    if bool((huge != got.isinf()).any()) or bool((ref[huge] != got[huge]).any()):
+        return "infinities differ"
+    finite = ~(holes | huge)
+    gap = float((got - ref).abs().where(finite, 0).max())
+    scale = float(ref.abs().where(finite, 0).max()) or 1.0
+    if gap <= rtol * scale:
+        return None
+    return (
+        f"largest difference {gap:.3g}, {gap / scale:.3g} of the reference's largest"
+        f" magnitude {scale:.3g} (tolerance {rtol:.3g})"
+    )
+
+
 def gpu_backend(device: Any, flush_l2: bool) -> Backend:
     """The backend of a decorated kernel: the current GPU through torch, Triton's default
     config, `GPU_BENCH`; `device` (a `tunecache.Device`) replaces the GPU's identity, and
@@ -194,4 +273,7 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
         bench=GPU_BENCH,
         default_config=lambda: triton.Config({}, num_warps=4, num_stages=3, num_ctas=1),
         no_config_error=triton_no_config_error(triton),
+        difference=lambda expected, actual, tolerance: tensor_difference(
+            torch, expected, actual, tolerance
+        ),
     )

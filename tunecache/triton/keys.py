@@ -12,28 +12,37 @@ Nothing here imports Triton, torch or the store: a config is anything shaped lik
   a miss into a tunecache `Key`: the sizes among the key arguments are its dims, everything else
   (kernel name, dtypes, non-size key values, source revision) is its signature.
 - `kernel_revision` is the signature token that ties entries to a kernel's source.
+
+Applying the decorator builds a `KeySpec` and names the configs, so this module imports only
+`tunecache.errors` when it loads: the key's form (`tunecache.keys`) and the digest load with a
+kernel's first key, or with a config name too long to keep whole.
 """
 
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunecache._digest import sha256
-from tunecache.candidates import MAX_NAME_LEN
 from tunecache.errors import BadArgumentError, BadKeyError
-from tunecache.keys import Key, make_key
+
+if TYPE_CHECKING:
+    from tunecache.keys import Key
 
 __all__ = [
+    "DIVISIBILITY",
     "KeySpec",
     "config_name",
     "dtype_token",
     "escape",
     "kernel_revision",
     "revision_token",
+    "same_specialization",
 ]
+
+#: `tunecache.candidates.MAX_NAME_LEN`, spelled out so that naming a config imports neither
+#: the candidate lists nor their digest (a test keeps the two equal)
+MAX_NAME_LEN = 200
 
 #: the launch options of a `triton.Config`, in the order they appear in a config's name
 LAUNCH_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -108,10 +117,38 @@ def config_name(config: Any) -> str:
         parts.append(f"pre_hook={getattr(hook, '__qualname__', type(hook).__qualname__)}")
     text = ",".join(parts) or "default"
     if len(text) > MAX_NAME_LEN or not text.isprintable():
+        from tunecache._digest import sha256
+
         digest = sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
         shown = "".join(c if c.isprintable() else "?" for c in text)
         text = f"{shown[: MAX_NAME_LEN - 18]}~{digest}"
     return text
+
+
+# -- specialization ---------------------------------------------------------------------------
+
+#: Triton compiles a kernel apart for an integer argument divisible by this (its
+#: `tt.divisibility` hint: aligned, vectorised loads) and for one equal to 1
+DIVISIBILITY = 16
+
+
+def _specialized(value: int) -> tuple[bool, bool]:
+    return (value % DIVISIBILITY == 0, value == 1)
+
+
+def same_specialization(a: Key, b: Key) -> bool:
+    """Whether Triton compiles the kernel alike for two keys of one signature: each size is
+    divisible by `DIVISIBILITY` in both or in neither, and equal to 1 in both or in neither.
+
+    A config's ranking belongs to one compiled kernel: a layer norm's best warp count for rows
+    of 1024 (aligned) is not its best for rows of 1000. So a borrowed config is served as it is
+    only from a neighbour compiled alike (`flow.Flow`, docs/triton.md).
+    """
+    theirs = dict(b.dims)
+    return all(
+        name in theirs and _specialized(value) == _specialized(theirs[name])
+        for name, value in a.dims
+    )
 
 
 # -- keys ---------------------------------------------------------------------------------------
@@ -139,6 +176,8 @@ def dtype_token(dtype: object) -> str:
 
 def revision_token(source: str) -> str:
     """The source text of a kernel as a short signature token: R + 8 hex digits."""
+    from tunecache._digest import sha256
+
     return "R" + sha256(source.encode("utf-8", "replace")).hexdigest()[:8].upper()
 
 
@@ -160,7 +199,7 @@ def _dim_names(names: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     taken: set[str] = set()
     for name in names:
-        base = re.sub(r"[^a-z]", "", name.lower()) or "d"
+        base = "".join(c for c in name.lower() if "a" <= c <= "z") or "d"
         candidate, n = base, 0
         while candidate in taken:
             n += 1
@@ -296,6 +335,8 @@ class KeySpec:
         tokens = [self.op_token, *dtypes, *facts]
         if self.revision:
             tokens.append(self.revision)
+        from tunecache.keys import make_key
+
         try:
             return make_key("_".join(tokens), dims)
         except BadKeyError as error:

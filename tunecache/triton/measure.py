@@ -10,6 +10,7 @@ codec (numpy, cbor2) are imported only here, and only when something is timed.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
     from tunecache.codec import CandidateTiming, TimingRecord
 
 __all__ = ["Call", "Launcher", "Measurement", "Measurer", "kernel_call", "quantiles_ms"]
+
+
+def _is_tensor(value: object) -> bool:
+    """Whether an argument is an array with elements (a tensor or a numpy array)."""
+    shape = getattr(value, "shape", None)
+    return getattr(value, "dtype", None) is not None and shape is not None and len(shape) > 0
 
 
 class Call(NamedTuple):
@@ -42,6 +49,8 @@ class Launcher(Protocol):
     pre_hook: Callable[..., Any]
     #: called with every argument by name and `exception=` after each launch
     post_hook: Callable[..., Any]
+    #: seconds the last measurement spent checking outputs (set here; None: none checked)
+    outputs_time: float | None
 
 
 class Measurement(NamedTuple):
@@ -113,7 +122,7 @@ class Measurer:
         calls = {
             self._configs.name_of(c): kernel_call(self._kernel, self._op, c, call) for c in configs
         }
-        errors = self._first_launches(calls)
+        errors = self._first_launches(calls, call)
         runnable = {n: c for n, c in calls.items() if n not in errors}
         settings: dict[str, Any] = {"kernel": self._op, "configs": len(self._configs.configs)}
         if not runnable:
@@ -143,13 +152,20 @@ class Measurer:
         }
         return Measurement(best, record, quantiles)
 
-    def _first_launches(self, calls: Mapping[str, Callable[[], None]]) -> dict[str, str]:
+    def _first_launches(
+        self, calls: Mapping[str, Callable[[], None]], call: Call
+    ) -> dict[str, str]:
         """One untimed launch of each config, so the bench's first timed call is a warm one
         (compiling and loading a kernel takes seconds, not microseconds): the configs that
-        do not fit, with their errors."""
+        do not fit, and with `check_outputs` those whose outputs differ from the first
+        config's that ran, with their errors."""
         from tunecache.evidence import error_text
 
         backend = self._backend
+        checked = self._checked(call)
+        values = {**call.nargs, **call.kwargs}
+        reference: dict[str, Any] | None = None
+        spent = 0.0
         errors: dict[str, str] = {}
         for name, launch in calls.items():
             try:
@@ -158,7 +174,39 @@ class Measurer:
                     backend.sync()
             except backend.failures as error:
                 errors[name] = error_text(error)
+                continue
+            if not checked:
+                continue
+            start = time.perf_counter()
+            if reference is None:
+                reference = {n: backend.clone(values[n]) for n in checked}
+            else:
+                wrong = self._wrong(reference, values)
+                if wrong is not None:
+                    errors[name] = wrong
+            spent += time.perf_counter() - start
+        self._kernel.outputs_time = spent if checked else None
         return errors
+
+    def _checked(self, call: Call) -> list[str]:
+        """The arguments `check_outputs` names that this call passed."""
+        wanted = self._options.check_outputs
+        values = {**call.nargs, **call.kwargs}
+        if wanted is True:
+            return [n for n, v in values.items() if _is_tensor(v)]
+        return [n for n in wanted or () if values.get(n) is not None]
+
+    def _wrong(self, reference: dict[str, Any], values: dict[str, Any]) -> str | None:
+        """The refusal of a config whose output arguments differ from the reference's."""
+        from tunecache.evidence import WRONG, refusal_text
+
+        for name, expected in reference.items():
+            differs = self._backend.difference(
+                expected, values[name], self._options.check_tolerance
+            )
+            if differs is not None:
+                return refusal_text(WRONG, f"{name}: {differs}")
+        return None
 
     def _benched(
         self, runnable: dict[str, Callable[[], None]]

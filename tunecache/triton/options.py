@@ -10,11 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
-from tunecache.checks import is_real
 from tunecache.errors import BadArgumentError
-from tunecache.triton.keys import config_name
 
 __all__ = ["DEFAULTS", "DEFAULT_MAX_DISTANCE", "UNSEEN", "Options", "check_max_distance"]
 
@@ -66,6 +64,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "bench": None,
         "flush_l2": True,
         "pending_limit": 32,
+        "check_outputs": False,
+        "check_tolerance": None,
     }
 )
 
@@ -83,8 +83,9 @@ class Options:
         if unknown:
             raise TypeError(f"Options() got unexpected keyword arguments: {', '.join(unknown)}")
         given = {**DEFAULTS, **arguments}
-        #: the configs with duplicates dropped (the first of equal names stays)
-        self.configs = _check_configs(configs)
+        #: the configs as given, each checked to be config-shaped
+        self.given_configs = _check_configs(configs)
+        self._configs: list[Any] | None = None
         self.key = _check_key(key)
         self.perf_model, self.top_k, self.early_prune = _check_prune(given["prune_configs_by"])
         self.reset_to_zero = _names_list(given["reset_to_zero"], "reset_to_zero")
@@ -108,12 +109,39 @@ class Options:
         self.device = _check_device(given["device"])
         #: whether the GPU backend evicts the L2 cache before each timed launch
         self.flush_l2: bool = _check_flush_l2(given["flush_l2"])
+        #: the arguments whose values each config's output is checked on (True: every tensor
+        #: argument; [] : none), and the relative tolerance for floats (None: the dtype's)
+        self.check_outputs: bool | list[str] = _check_outputs(given["check_outputs"])
+        self.check_tolerance: float | None = _check_tolerance(given["check_tolerance"])
+
+    @property
+    def configs(self) -> list[Any]:
+        """The configs with duplicates dropped (the first of equal names stays): named when
+        first asked (by the kernel's first call), so that making the decorator names none."""
+        if self._configs is None:
+            from tunecache.triton.keys import config_name
+
+            names: dict[str, Any] = {}
+            for config in self.given_configs:
+                names.setdefault(config_name(config), config)
+            self._configs = list(names.values())
+        return self._configs
+
+
+def _real(value: object) -> TypeGuard[int | float]:
+    """`tunecache.checks.is_real`, which loads only for a value that is not a float (a float
+    is always one: the defaults are, and making the decorator loads one module less)."""
+    if type(value) is float:
+        return True
+    from tunecache.checks import is_real
+
+    return is_real(value)
 
 
 def check_max_distance(value: object) -> float:
     """A nearest-shape cap as a float, or BadArgumentError: the resolver's rule and words
     (`tunecache.resolve.check_max_distance`, which a test holds to the same answers)."""
-    if not is_real(value) or not 0 <= value < math.inf:
+    if not _real(value) or not 0 <= value < math.inf:
         raise BadArgumentError(
             f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
         )
@@ -148,7 +176,7 @@ def _check_milliseconds(warmup: Any, rep: Any) -> None:
     # Triton's own timings: accepted for compatibility, and ignored (the bench stops on
     # evidence, within `bench["budget"]`).
     for what, value in (("warmup", warmup), ("rep", rep)):
-        if value is not None and (not is_real(value)):
+        if value is not None and (not _real(value)):
             raise BadArgumentError(f"{what} is a number of milliseconds, got {value!r}")
 
 
@@ -158,17 +186,34 @@ def _check_flush_l2(flush_l2: Any) -> Any:
     return flush_l2
 
 
+def _check_outputs(value: Any) -> bool | list[str]:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        raise BadArgumentError(
+            f"check_outputs is a bool or a non-empty list of argument names, got {value!r}"
+        )
+    return _names_list(value, "check_outputs")
+
+
+def _check_tolerance(value: Any) -> Any:
+    if value is not None and (not _real(value) or not 0 <= value < math.inf):
+        raise BadArgumentError(f"check_tolerance is None or a finite number >= 0, got {value!r}")
+    return None if value is None else float(value)
+
+
 def _check_configs(configs: Sequence[Any]) -> list[Any]:
     if isinstance(configs, str | bytes) or not isinstance(configs, Sequence):
         raise BadArgumentError(f"configs is a list of triton.Config, got {configs!r}")
-    # Names first: a config that is not config-shaped fails here, with its position.
-    names: dict[str, Any] = {}
+    # A config that is not config-shaped fails here, with its position (`keys.config_name`,
+    # which names it at the first call, says the same of one).
     for i, config in enumerate(configs):
-        try:
-            names.setdefault(config_name(config), config)
-        except BadArgumentError as error:
-            raise BadArgumentError(f"config {i}: {error}") from None
-    return list(names.values())
+        if not isinstance(getattr(config, "kwargs", None), Mapping):
+            raise BadArgumentError(
+                f"config {i}: a config is a triton.Config (with .kwargs and .num_warps), "
+                f"got {type(config).__name__}"
+            )
+    return list(configs)
 
 
 def _check_key(key: Sequence[str]) -> list[str]:

@@ -1,34 +1,37 @@
 """A kernel's way to the store, one device at a time: what it reads on a miss, what it writes.
 
-A device's resolver table (`tunecache.resolve.Table`, stdlib sqlite3) answers every miss, and the
-old entries a changed config list reuses are read the same way. A decision is handed to the
-process's writer (`tunecache.triton.writer`), which stores it behind the launch; the table serves
-it from memory at once, so later keys of this process borrow from it whether or not it is written
-yet. A store that cannot be written leaves the tunings in memory, with one warning per kernel and
-cause.
+A device's `StoreReader` (`stored.py`, stdlib sqlite3) answers a stored key with one indexed
+read, and reads the old entries a changed config list reuses. The resolver's table
+(`tunecache.resolve.Table`, stdlib sqlite3 too) is opened only for what that reader does not do:
+a nearest tuned shape for a key that may borrow one, and the guarded answer for a store the
+reader cannot read. A decision is handed to the process's writer (`tunecache.triton.writer`),
+which stores it behind the launch; it is served from memory at once, so later keys of this
+process find it, and borrow from it, whether or not it is written yet. A store that cannot be
+written leaves the tunings in memory, with one warning per kernel and cause.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from tunecache import paths
 from tunecache.candidates import checksum
 from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
-from tunecache.resolve import Table
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
-from tunecache.triton.writer import WRITER, Destination, Record
+from tunecache.triton.stored import StoreReader, Unreadable
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
     from tunecache.device import Device
     from tunecache.keys import Key
+    from tunecache.resolve import Answer, Table
+    from tunecache.triton.writer import Destination
 
 __all__ = ["DeviceState", "KernelStore", "OldEntry", "Previous", "Target", "WarnOnce"]
 
@@ -36,15 +39,22 @@ __all__ = ["DeviceState", "KernelStore", "OldEntry", "Previous", "Target", "Warn
 OldEntry = tuple[int, tuple[str, ...], str]
 
 
-class Previous(NamedTuple):
-    """The old entry of a key that a changed config list reuses."""
+class Previous:
+    """The old entry of a key that a changed config list reuses.
 
-    #: the config list it was tuned against
-    names: tuple[str, ...]
-    #: the config it chose
-    choice: str
-    #: its timing record (None: it has none)
-    record: TimingRecord | None
+    (Plain classes with slots, not NamedTuples: those cost a warm process's first call a
+    tenth of a millisecond each to define.)
+    """
+
+    __slots__ = ("choice", "names", "record")
+
+    def __init__(self, names: tuple[str, ...], choice: str, record: TimingRecord | None) -> None:
+        #: the config list it was tuned against
+        self.names = names
+        #: the config it chose
+        self.choice = choice
+        #: its timing record (None: it has none)
+        self.record = record
 
 
 class WarnOnce:
@@ -62,110 +72,150 @@ class WarnOnce:
 
 
 class DeviceState:
-    """One device's view: its identity, its table, its memo of answered calls."""
+    """One device's view: its identity, its store, its memo of answered calls."""
 
-    __slots__ = ("destination", "device", "index", "memo", "table")
+    __slots__ = ("_destination", "decided", "device", "index", "memo", "reader", "root", "table")
 
-    def __init__(self, index: int, device: Device, table: Table) -> None:
+    def __init__(self, index: int, device: Device, reader: StoreReader, root: Any = None) -> None:
         #: the device's number, as the backend counts them
         self.index = index
         #: the device's identity: the store's path and rows
         self.device = device
-        #: the resolver's view of the store, with this process's decisions added in memory
-        self.table = table
+        #: the store's own reads (exact keys, old entries), through stdlib sqlite3
+        self.reader = reader
+        #: the resolver's view of the store with this process's decisions added in memory,
+        #: opened by the first question only it answers (`KernelStore.table`); None till then
+        self.table: Table | None = None
+        #: this kernel's decisions in this process, by (key text, config-list checksum): the
+        #: key, the config list, the choice and its timing record
+        self.decided: dict[tuple[str, str], tuple[Key, tuple[str, ...], str, TimingRecord]] = {}
         #: Triton tuning key -> the choice to launch
         self.memo: dict[tuple[Any, ...], Choice] = {}
-        #: where the writer stores this device's decisions (None: the table has no file)
-        self.destination: Destination | None = None
+        #: the cache root the store was found under (None: an explicit path), as it was then
+        self.root = root
+        self._destination: Destination | None = None
+
+    @property
+    def destination(self) -> Destination:
+        """Where the writer stores this device's decisions (made by the first decision: a warm
+        process that only meets stored keys never loads the writer)."""
+        if self._destination is None:
+            from tunecache.triton.writer import Destination
+
+            path = self.reader.path
+            assert path is not None
+            options_path = None if self.root is not None else path
+            self._destination = Destination(path, self.device, self.root, options_path)
+        return self._destination
 
 
-class Target(NamedTuple):
+class Target:
     """Where a key's decision goes: the device, the key, and the candidate list it is decided
     against (the kernel's configs, then any `early_config_prune` made up)."""
 
-    state: DeviceState
-    key: Key
-    names: tuple[str, ...]
+    __slots__ = ("key", "names", "state", "sum")
+
+    def __init__(self, state: DeviceState, key: Key, names: tuple[str, ...]) -> None:
+        self.state, self.key, self.names = state, key, names
+        #: the candidate list's checksum, as entries are stored under it
+        self.sum = checksum(names)
+
+
+def _loaded_writer() -> Any:
+    """This process's writer if its module is loaded, else None: then nothing was queued, and
+    a warm process that only meets stored keys never loads it."""
+    module = sys.modules.get("tunecache.triton.writer")
+    return None if module is None else module.WRITER
 
 
 class KernelStore:
     """One kernel's reads and writes of the store, for any of its devices."""
 
     def __init__(self, op: str, options: Options, backend: Backend, warn: WarnOnce) -> None:
-        self._op, self._options, self._backend, self._warn = op, options, backend, warn
+        self._op, self._options, self._backend = op, options, backend
+        self.warn = warn
 
     def open(self, index: int) -> DeviceState:
-        """Device `index`'s state, with its table opened (no SQLAlchemy)."""
+        """Device `index`'s state: its store located, nothing read yet (no SQLAlchemy)."""
         device = self._backend.device(index)
         options = self._options
-        table = Table.open(
-            device=device,
-            root=options.root,
-            path=options.path,
-            use="all",
-            max_distance=options.max_distance,
-        )
-        state = DeviceState(index, device, table)
-        if table.path is not None:
-            # The root as it is now: a record written later (at exit, say) goes to this store
-            # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
-            root = (
-                None if options.path is not None else paths.cache_root(device.client, options.root)
-            )
-            state.destination = Destination(table.path, device, root, options.path)
+        _, db = paths.locate(device=device, root=options.root, path=options.path)
+        # The root as it is now: a record written later (at exit, say) goes to this store
+        # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
+        root = None if options.path is not None else paths.cache_root(device.client, options.root)
+        state = DeviceState(index, device, StoreReader(db, device.fingerprint), root)
+        writer = _loaded_writer()
+        if writer is not None:
             # Another kernel of this process may have decisions for this store on their way:
             # this one sees them, as it sees every other process's (a few ms, and only then).
-            WRITER.settle(table.path)
+            writer.settle(db)
         return state
 
+    def table(self, state: DeviceState) -> Table:
+        """The device's resolver table, with this kernel's decisions in memory: opened by the
+        first question that needs it."""
+        if state.table is None:
+            from tunecache.resolve import Table
+
+            options = self._options
+            table = Table.open(
+                device=state.device,
+                root=options.root,
+                path=options.path,
+                use="all",
+                max_distance=options.max_distance,
+            )
+            if state.decided:
+                added = [(key, names, choice) for key, names, choice, _ in state.decided.values()]
+                opened, table = table, table.derive(add=added)
+                opened.close()
+            state.table = table
+        return state.table
+
+    def exact(self, target: Target) -> str | None:
+        """The config stored (or decided in this process) for exactly this key and config
+        list, or None; when the store cannot be read by the state's own reader, the resolver's
+        table answers (and says why)."""
+        state = target.state
+        found = state.decided.get((target.key.text, target.sum))
+        if found is not None:
+            return found[2]
+        try:
+            return state.reader.choice(target.key.text, target.sum)
+        except Unreadable:
+            answer = self.resolve(target)
+            return answer.choice if answer.source == "exact" else None
+
+    def resolve(self, target: Target) -> Answer:
+        """The resolver's answer for the key (exact, then nearest shape, then the first
+        config as the heuristic)."""
+        return self.table(target.state).resolve(target.key, target.names, target.names[0])
+
     def write(self, target: Target, choice: str, record: TimingRecord) -> float:
-        """Hand a decision with its record to the writer, and serve it from the table at once;
+        """Hand a decision with its record to the writer, and serve it from memory at once;
         the seconds that took (the caller's, not the write's: that happens behind)."""
+        from tunecache.triton.writer import WRITER, Record
+
         start = time.perf_counter()
         state = target.state
-        if state.destination is not None:
-            decided = (target.key, choice, target.names, record)
-            WRITER.put(Record(state.destination, *decided, self._op, self._warn))
+        decided = (target.key, target.names, choice)
+        state.decided[target.key.text, target.sum] = (*decided, record)
+        record_ = Record(
+            state.destination, target.key, choice, target.names, record, self._op, self.warn
+        )
+        WRITER.put(record_)
         old = state.table
-        state.table = old.derive(add=[(target.key, target.names, choice)])
-        old.close()
+        if old is not None:
+            state.table = old.derive(add=[decided])
+            old.close()
         return time.perf_counter() - start
 
     def old_entries(self, target: Target) -> list[OldEntry]:
         """This key's entries tuned against other config lists, newest first, as (entry id,
-        config list, choice). Stdlib sqlite3 through the read contract: this runs before a
-        key is borrowed, which must stay fast."""
-        state, key = target.state, target.key
-        sum_ = checksum(target.names)
-        path = state.table.path
-        if path is None or not path.is_file():
-            return []  # a FIFO there would block the open below: nothing to borrow from it
-        try:
-            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
-        except sqlite3.Error:
-            return []
-        try:
-            rows = conn.execute(
-                # "+device": without it SQLite walks every entry of the device in the order of
-                # its (device, updated_at) index instead of sorting the key's one or two rows.
-                "SELECT entry_id, checksum, choice FROM read_entries_v1 WHERE key = ?"
-                " AND +device = ? AND checksum != ? AND status != 'rejected'"
-                " ORDER BY updated_at DESC, entry_id DESC",
-                (key.text, state.device.fingerprint, sum_),
-            ).fetchall()
-            out = []
-            for entry_id, old_sum, choice in rows:
-                names = conn.execute(
-                    "SELECT name FROM read_candidates_v1 WHERE signature = ? AND checksum = ?"
-                    " ORDER BY position",
-                    (key.signature, old_sum),
-                ).fetchall()
-                out.append((int(entry_id), tuple(n for (n,) in names), str(choice)))
-        except sqlite3.Error:
-            return []
-        finally:
-            conn.close()
-        return out
+        config list, choice), through the state's reader: this runs before a key is borrowed,
+        which must stay fast."""
+        key = target.key
+        return target.state.reader.others(key.text, key.signature, target.sum)
 
     def previous(
         self, target: Target, legal: Sequence[str], entries: list[OldEntry] | None = None
@@ -183,23 +233,15 @@ class KernelStore:
         try:
             return Previous(old_names, choice, self._record(target.state, entry_id))
         except TunecacheError as error:
-            self._warn("read", f"tunecache: cannot read {self._op}'s old entry: {error}")
+            self.warn("read", f"tunecache: cannot read {self._op}'s old entry: {error}")
             return None
 
     def _record(self, state: DeviceState, entry_id: int) -> TimingRecord | None:
         """An entry's timing record, read through the read contract and decoded."""
         from tunecache.codec import decode
 
-        path = state.table.path
-        assert path is not None
         try:
-            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
-            try:
-                found = conn.execute(
-                    "SELECT data FROM read_records_v1 WHERE entry_id = ?", (entry_id,)
-                ).fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error as error:
-            raise StoreError(f"cache database {path}: {error}") from error
-        return None if found is None or found[0] is None else decode(bytes(found[0]))
+            data = state.reader.record(entry_id)
+        except Unreadable as error:
+            raise StoreError(f"cache database {state.reader.path}: {error}") from None
+        return None if data is None else decode(data)

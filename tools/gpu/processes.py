@@ -1,0 +1,121 @@
+"""Parts 3 and 4 of tools/gpu/bench_triton.py: fresh processes (tools/gpu/fresh.py's children),
+the first new key of a process and the first call of a stored key in a warm one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import fresh
+from common import TARGET_DECORATE, TARGET_PRELOADED, TARGET_TUNE, TARGET_WARM, say, verdict
+
+
+def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
+    """Part 3: the first new key of a fresh process, each run a key nobody has seen."""
+    say()
+    say(f"3. {family.NAME}: the first new key of a fresh process (every config launched once")
+    say(
+        "   directly first; each run a new key, shape "
+        f"{family.FIRST}+run; the store on disk holds part 1's keys)"
+    )
+    rows: dict[str, list[dict[str, Any]]] = {
+        "triton": [],
+        "tunecache": [],
+        "tunecache no store": [],
+    }
+    for r in range(runs):
+        shape = family.FIRST + r
+        for mode in list(rows)[r % 3 :] + list(rows)[: r % 3]:
+            root = None
+            if mode == "tunecache no store":
+                root = Path(tempfile.mkdtemp(prefix="tc-nostore-", dir=scratch))
+            rows[mode].append(fresh.run("first", family.NAME, mode.split()[0], shape, root))
+    ratios = {}
+    for mode, got in rows.items():
+        med = statistics.median(g["first"] for g in got)
+        line = (
+            f"   {mode:<19} first call {med * 1e3:8.1f} ms (runs: "
+            + ", ".join(f"{g['first'] * 1e3:.1f}" for g in got)
+            + f"); decoration {statistics.median(g['decorate'] for g in got) * 1e3:.2f} ms"
+        )
+        if mode != "triton":
+            flush = statistics.median(g["flush"] for g in got) * 1e3
+            line += (
+                f"; bench {statistics.median(g['bench_time'] for g in got) * 1e3:.0f} ms;"
+                f" then the flush {flush:.1f} ms; SQLAlchemy/Alembic by the first call:"
+                f" {got[0]['imported'] or 'no'},"
+                f" by the flush: {got[0]['imported_by_flush'] or 'no'}"
+            )
+            ratios[mode] = statistics.median(
+                g["first"] / t["first"] for g, t in zip(got, rows["triton"], strict=True)
+            )
+        say(line + f"; output error {max(g['error'] for g in got):.1e}")
+    for mode, ratio in ratios.items():
+        say(
+            f"   {mode} / triton: {ratio:.3f};"
+            f" target <= {TARGET_TUNE}: {verdict(ratio <= TARGET_TUNE)}"
+        )
+    return ratios
+
+
+def warm_first_call(family: Any, part1: Any, runs: int, profile: bool) -> dict[str, float]:
+    """Part 4: the first call of a stored key in a fresh process, both persistent paths."""
+    import tunecache.triton as tct
+
+    shape = family.STORED
+    if profile:
+        for mode in ("tunecache", "triton"):
+            fresh.run("warm", family.NAME, mode, shape, profile=True)
+    names = [tct.config_name(c) for c in family.CONFIGS]
+    picked = {
+        tct.config_name(part1["picks"][n][shape]) for n in ("tunecache", "triton cache_results")
+    }
+    preload = ",".join(str(names.index(p)) for p in sorted(picked))
+    say()
+    say(
+        f"4. {family.NAME}: first call in a warm process"
+        f" (fresh subprocess, {shape} on disk; {runs} runs)"
+    )
+    out = {}
+    for label, loaded in (("end to end", ""), ("kernel module preloaded", preload)):
+        got: dict[str, list[dict[str, Any]]] = {"tunecache": [], "triton": []}
+        for r in range(runs):
+            for mode in ["tunecache", "triton"] if r % 2 == 0 else ["triton", "tunecache"]:
+                got[mode].append(fresh.run("warm", family.NAME, mode, shape, preload=loaded))
+        both = {m: statistics.median(g["decorate"] + g["first"] for g in v) for m, v in got.items()}
+        say(f"   {label}:")
+        for mode, v in got.items():
+            firsts = ", ".join(f"{g['first'] * 1e3:.1f}" for g in v)
+            decorate = statistics.median(g["decorate"] for g in v)
+            out[f"decorate {mode}"] = max(out.get(f"decorate {mode}", 0.0), decorate)
+            benched = any((g["stats"] or {}).get("tuned") or g.get("benched") for g in v)
+            say(
+                f"     {mode:<10} first call"
+                f" {statistics.median(g['first'] for g in v) * 1e3:8.1f} ms"
+                f" (runs: {firsts}); decoration {decorate * 1e3:.2f} ms; decoration + first call"
+                f" {both[mode] * 1e3:.1f} ms; second call"
+                f" {statistics.median(g['second'] for g in v) * 1e3:.2f} ms; benched: {benched};"
+                f" SQLAlchemy/Alembic imported: {v[0]['imported'] or 'no'}"
+            )
+        if loaded:
+            mods = got["tunecache"][0]["modules"]
+            ours = [m for m in mods["decoration"] + mods["first call"] if "tunecache" in m]
+            say(
+                f"     modules tunecache loaded: by decoration {len(mods['decoration'])}, by the"
+                f" first call {len(mods['first call'])} ({len(ours)} of them tunecache's);"
+                f" sqlite3 imported before: {mods['sqlite3 before']};"
+                f" first call: {', '.join(mods['first call'])}"
+            )
+            fresh.run("warm", family.NAME, "tunecache", shape, preload=loaded, importtime=True)
+        out[label] = both["tunecache"] / both["triton"]
+        say(f"     tunecache / triton cache_results, decoration + first call: {out[label]:.3f}")
+    say(
+        f"   targets: decoration <= {TARGET_DECORATE * 1e3:.0f} ms:"
+        f" {verdict(out['decorate tunecache'] <= TARGET_DECORATE)}; end to end <= {TARGET_WARM}:"
+        f" {verdict(out['end to end'] <= TARGET_WARM)}; preloaded <= {TARGET_PRELOADED}:"
+        f" {verdict(out['kernel module preloaded'] <= TARGET_PRELOADED)}"
+    )
+    return out
