@@ -550,3 +550,7 @@ CANDIDATE_TIMINGS = cast(Table, CandidateTimingRow.__table__)
 MODELS = cast(Table, ModelRow.__table__)
 VALIDATIONS = cast(Table, ValidationRow.__table__)
 RUNS = cast(Table, RunRow.__table__)
+
+# Revision 0006's tables (sync's change numbers, origins and marks) join the metadata wherever
+# the models are imported, so that create_all always makes the whole schema.
+from tunecache.store import changes as _changes  # noqa: E402, F401

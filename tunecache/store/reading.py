@@ -63,7 +63,7 @@ __all__ = [
 
 #: the schema revision this tunecache writes (`tunecache.store.migrate.HEAD`, which a test keeps
 #: equal): a file at another revision is opened through the store first
-HEAD = "0004"
+HEAD = "0006"
 #: what the status column of the entry views holds (`store.models.ENTRY_STATUSES`, which a test
 #: keeps equal)
 ENTRY_STATUSES = ("unvalidated", "accepted", "rejected")
