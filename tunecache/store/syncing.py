@@ -1,0 +1,413 @@
+"""The statements sync runs on each side: which entries changed since a mark, each with all its
+evidence, the entries of the same keys on the other side, the runs that wrote them, where each
+came from, and the marks themselves (`tunecache.store.changes` gives the tables).
+
+Reads run in the caller's transaction (a read for the side copied from, the write for the side
+copied to); writes of entries go through the batch path (`tunecache.store.bulk`). Nothing here
+decides anything: `tunecache.fleet` compares and settles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select
+
+from tunecache.store import models as tables
+from tunecache.store import queries
+from tunecache.store.changes import ENTRY_CHANGES, ENTRY_ORIGINS, SYNC_MARKS, SYNC_STORE
+from tunecache.store.values import TIMING_VALUES, RecordRow, TimingRow, VerdictFacts
+
+__all__ = [
+    "SyncedEntry",
+    "SyncedRun",
+    "SyncedVerdict",
+    "changed_after",
+    "copy_runs",
+    "entries",
+    "entries_of_keys",
+    "latest_change",
+    "mark",
+    "runs",
+    "set_mark",
+    "store_id",
+    "write_origins",
+]
+
+_E, _K, _S, _V = tables.ENTRIES, tables.KEYS, tables.CANDIDATE_SETS, tables.VALIDATIONS
+_M, _T, _R = tables.MODELS, tables.TIMING_RECORDS, tables.RUNS
+_CT, _CH, _O = tables.CANDIDATE_TIMINGS, ENTRY_CHANGES, ENTRY_ORIGINS
+
+#: the columns of a run that sync copies (its device is the side's own row)
+RUN_COLUMNS = (
+    "kind",
+    "status",
+    "tool_version",
+    "hostname",
+    "platform",
+    "python_version",
+    "pid",
+    "started_at",
+    "finished_at",
+    "notes",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedVerdict(VerdictFacts):
+    """A model's verdict on an entry, as one side holds it."""
+
+    run_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedEntry:
+    """An entry as one side holds it, with what sync compares and copies: its decision, the
+    summary of its record (and the record itself where asked for), its verdicts and origin."""
+
+    id: int
+    key: str
+    checksum: str
+    set_id: int
+    choice: str
+    heuristic: str | None
+    status: str
+    speedup: float | None
+    run_id: int | None
+    created_at: datetime
+    updated_at: datetime
+    #: the record's summary columns and size, or None without one (what `content` compares)
+    summary: tuple[Any, ...] | None
+    #: the record's rows, where its data was read
+    record: RecordRow | None
+    verdicts: tuple[SyncedVerdict, ...]
+    #: the host that tuned it and where it was synced from, where it came by sync
+    origin: tuple[str, str] | None
+
+    @property
+    def samples(self) -> int:
+        """How many raw samples its record holds (0 without one)."""
+        return 0 if self.summary is None else int(self.summary[5])
+
+    def content(self) -> tuple[Any, ...]:
+        """What two sides must agree on for the entry to be the same: the decision, the
+        record's summary and every verdict's facts (ids and times are each side's own)."""
+        facts = sorted(
+            (v.model, v.fingerprint, v.verdict, v.gain, v.rounds, v.confirmations)
+            for v in self.verdicts
+        )
+        return (self.choice, self.heuristic, self.status, self.speedup, self.summary, facts)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedRun:
+    """A run as one side logged it: the columns sync copies, by name (RUN_COLUMNS)."""
+
+    id: int
+    values: Mapping[str, Any]
+
+    def natural_key(self) -> tuple[Any, ...]:
+        """What names the same run on both sides: its kind, host, process and start."""
+        v = self.values
+        return (v["kind"], v["hostname"], v["pid"], v["started_at"])
+
+
+# --- the database's id, marks, change numbers ------------------------------------------------
+
+
+def store_id(conn: Connection) -> str:
+    """This database's id for sync (`sync_store.store_id`)."""
+    return str(conn.execute(select(SYNC_STORE.c.store_id)).scalar_one())
+
+
+def mark(conn: Connection, store: str, device: str, direction: str) -> tuple[str, int] | None:
+    """The mark kept for syncing `device` with the store `store` in `direction`: the id of the
+    database its number counts in, and the number; None where there is none."""
+    m = SYNC_MARKS.c
+    row = conn.execute(
+        select(m.counted_in, m.seq).where(
+            m.store_id == store, m.device == device, m.direction == direction
+        )
+    ).first()
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+def set_mark(
+    conn: Connection,
+    store: str,
+    device: str,
+    direction: str,
+    *,
+    counted_in: str,
+    seq: int,
+    remote: str,
+    now: datetime,
+) -> None:
+    """Keep `seq` (counted in the database `counted_in`) as the mark of `device`'s sync with
+    `store` in `direction`, replacing the one before."""
+    m = SYNC_MARKS.c
+    conn.execute(
+        delete(SYNC_MARKS).where(m.store_id == store, m.device == device, m.direction == direction)
+    )
+    conn.execute(
+        insert(SYNC_MARKS).values(
+            store_id=store,
+            device=device,
+            direction=direction,
+            counted_in=counted_in,
+            seq=seq,
+            remote=remote,
+            synced_at=now,
+        )
+    )
+
+
+def changed_after(conn: Connection, device: int, after: int, limit: int) -> list[tuple[int, int]]:
+    """The (entry id, change number) of the device row's entries changed after `after`, the
+    `limit` lowest numbers first (the change numbers' index finds them)."""
+    return [
+        (int(e), int(s))
+        for e, s in conn.execute(
+            select(_CH.c.entry_id, _CH.c.seq)
+            .join(_E, _E.c.id == _CH.c.entry_id)
+            .where(_CH.c.seq > after, _E.c.device_id == device)
+            .order_by(_CH.c.seq)
+            .limit(limit)
+        )
+    ]
+
+
+def latest_change(conn: Connection, device: int) -> int:
+    """The highest change number of the device row's entries (0 without any)."""
+    found = conn.execute(
+        select(func.max(_CH.c.seq))
+        .join(_E, _E.c.id == _CH.c.entry_id)
+        .where(_E.c.device_id == device)
+    ).scalar()
+    return 0 if found is None else int(found)
+
+
+# --- entries with their evidence ---------------------------------------------------------------
+
+_SUMMARY = (
+    _T.c.format_version,
+    _T.c.best,
+    _T.c.best_median_s,
+    _T.c.heuristic_median_s,
+    _T.c.candidates_count,
+    _T.c.samples_count,
+    _T.c.failures_count,
+    func.length(_T.c.data),
+)
+
+
+def _entry_select(*, data: bool) -> Any:
+    """The entries with their keys, sets, record summaries (and data) and origins."""
+    columns = [
+        _E.c.id,
+        _K.c.text,
+        _S.c.checksum,
+        _S.c.id,
+        _E.c.choice,
+        _E.c.heuristic,
+        _E.c.status,
+        _E.c.speedup,
+        _E.c.run_id,
+        _E.c.created_at,
+        _E.c.updated_at,
+        _T.c.id,
+        *_SUMMARY,
+        _O.c.host,
+        _O.c.source,
+    ]
+    if data:
+        columns.append(_T.c.data)
+    return (
+        select(*columns)
+        .select_from(_E)
+        .join(_K, _K.c.id == _E.c.key_id)
+        .join(_S, _S.c.id == _E.c.candidate_set_id)
+        .outerjoin(_T, _T.c.entry_id == _E.c.id)
+        .outerjoin(_O, _O.c.entry_id == _E.c.id)
+    )
+
+
+def entries(conn: Connection, ids: Sequence[int], *, data: bool) -> list[SyncedEntry]:
+    """The entries of these ids with all their evidence (the records' rows too, with `data`),
+    in the order of `ids`."""
+    found: dict[int, SyncedEntry] = {}
+    for part in queries.chunks(list(ids)):
+        found.update(_read(conn, _entry_select(data=data).where(_E.c.id.in_(part)), data=data))
+    return [found[i] for i in ids if i in found]
+
+
+def entries_of_keys(
+    conn: Connection, device: int, keys: Sequence[str]
+) -> dict[tuple[str, str], SyncedEntry]:
+    """The device row's entries of these key texts, by (key, checksum), with their record
+    summaries and verdicts (not their records' rows)."""
+    out: dict[tuple[str, str], SyncedEntry] = {}
+    for part in queries.chunks(sorted(set(keys))):
+        statement = _entry_select(data=False).where(_K.c.text.in_(part), _E.c.device_id == device)
+        for e in _read(conn, statement, data=False).values():
+            out[e.key, e.checksum] = e
+    return out
+
+
+def _read(conn: Connection, statement: Any, *, data: bool) -> dict[int, SyncedEntry]:
+    """The entries `statement` (an `_entry_select`) finds, with their verdicts and, with
+    `data`, their records' rows, by id."""
+    rows = conn.execute(statement).all()
+    if not rows:
+        return {}
+    ids = [int(r[0]) for r in rows]
+    verdicts = _verdicts(conn, ids)
+    timings = _timings(conn, [int(r[11]) for r in rows if r[11] is not None]) if data else {}
+    out = {}
+    for r in rows:
+        summary = None if r[11] is None else tuple(r[12:20])
+        record = None
+        if data and r[11] is not None:
+            record = RecordRow(
+                data=bytes(r[22]),
+                best=r[13],
+                best_median_s=r[14],
+                heuristic_median_s=r[15],
+                candidates_count=int(r[16]),
+                samples_count=int(r[17]),
+                failures_count=int(r[18]),
+                timings=timings.get(int(r[11]), ()),
+                format_version=int(r[12]),
+            )
+        entry_id = int(r[0])
+        out[entry_id] = SyncedEntry(
+            id=entry_id,
+            key=str(r[1]),
+            checksum=str(r[2]),
+            set_id=int(r[3]),
+            choice=str(r[4]),
+            heuristic=r[5],
+            status=str(r[6]),
+            speedup=r[7],
+            run_id=r[8],
+            created_at=r[9],
+            updated_at=r[10],
+            summary=summary,
+            record=record,
+            verdicts=verdicts.get(entry_id, ()),
+            origin=None if r[20] is None else (str(r[20]), str(r[21])),
+        )
+    return out
+
+
+def _verdicts(conn: Connection, entry_ids: Sequence[int]) -> dict[int, tuple[SyncedVerdict, ...]]:
+    """Every verdict on these entries, by entry id."""
+    out: dict[int, list[SyncedVerdict]] = {}
+    for part in queries.chunks(entry_ids):
+        for row in conn.execute(
+            select(
+                _V.c.entry_id,
+                _M.c.name,
+                _M.c.fingerprint,
+                _V.c.verdict,
+                _V.c.gain,
+                _V.c.rounds,
+                _V.c.confirmations,
+                _V.c.run_id,
+                _V.c.created_at,
+                _V.c.updated_at,
+            )
+            .join(_M, _M.c.id == _V.c.model_id)
+            .where(_V.c.entry_id.in_(part))
+        ):
+            entry_id, model, fingerprint, verdict, gain, rounds, confirmations, *rest = row
+            run_id, created_at, updated_at = rest
+            out.setdefault(int(entry_id), []).append(
+                SyncedVerdict(
+                    model,
+                    fingerprint,
+                    verdict,
+                    gain,
+                    rounds,
+                    confirmations,
+                    run_id,
+                    created_at,
+                    updated_at,
+                )
+            )
+    return {e: tuple(v) for e, v in out.items()}
+
+
+def _timings(conn: Connection, record_ids: Sequence[int]) -> dict[int, tuple[TimingRow, ...]]:
+    """Every candidate's summary row of these records, by record id, in name order."""
+    out: dict[int, list[TimingRow]] = {}
+    columns = [_CT.c[name] for name in TIMING_VALUES]
+    for part in queries.chunks(record_ids):
+        for row in conn.execute(
+            select(_CT.c.record_id, *columns)
+            .where(_CT.c.record_id.in_(part))
+            .order_by(_CT.c.record_id, _CT.c.name)
+        ):
+            out.setdefault(int(row[0]), []).append(TimingRow(*row[1:]))
+    return {r: tuple(t) for r, t in out.items()}
+
+
+# --- runs and origins --------------------------------------------------------------------------
+
+
+def runs(conn: Connection, ids: Iterable[int]) -> dict[int, SyncedRun]:
+    """The runs of these ids, by id."""
+    wanted = sorted(set(ids))
+    out = {}
+    for part in queries.chunks(wanted):
+        for row in conn.execute(
+            select(_R.c.id, *(_R.c[c] for c in RUN_COLUMNS)).where(_R.c.id.in_(part))
+        ):
+            out[int(row[0])] = SyncedRun(int(row[0]), dict(zip(RUN_COLUMNS, row[1:], strict=True)))
+    return out
+
+
+def copy_runs(conn: Connection, device: int, found: Iterable[SyncedRun]) -> dict[int, int]:
+    """The ids on this side of the other side's runs `found`, logged under the device row
+    `device`: a run already here (the same kind, host, process and start) is the same run,
+    the others are inserted; by the other side's id."""
+    given = list(found)
+    if not given:
+        return {}
+    pids = sorted({r.values["pid"] for r in given})
+    here: dict[tuple[Any, ...], int] = {}
+    for part in queries.chunks(pids):
+        for row in conn.execute(
+            select(_R.c.id, _R.c.kind, _R.c.hostname, _R.c.pid, _R.c.started_at).where(
+                _R.c.device_id == device, _R.c.pid.in_(part)
+            )
+        ):
+            here[tuple(row[1:])] = int(row[0])
+    out = {}
+    for run in given:
+        at = run.natural_key()
+        if at not in here:
+            made = conn.execute(insert(_R).values(device_id=device, **run.values))
+            key = made.inserted_primary_key
+            assert key is not None
+            here[at] = int(key[0])
+        out[run.id] = here[at]
+    return out
+
+
+def write_origins(conn: Connection, origins: Sequence[tuple[int, str, str, datetime]]) -> None:
+    """Say where each entry came from, (entry id, host, source, when), replacing what was
+    said before."""
+    if not origins:
+        return
+    for part in queries.chunks([o[0] for o in origins]):
+        conn.execute(delete(_O).where(_O.c.entry_id.in_(part)))
+    conn.execute(
+        insert(_O),
+        [{"entry_id": e, "host": h, "source": s, "synced_at": t} for e, h, s, t in origins],
+    )
