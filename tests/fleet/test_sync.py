@@ -177,7 +177,7 @@ def test_verdicts_on_one_decision_merge_and_never_lose_evidence(
     assert report.counts["merged"] == 1 and report.conflicts["verdicts"] == {"merged": 1}
     assert remote.verdicts_on(found) == {"net": "validated", "cnn": "validated", "mlp": "masked"}
     with remote.transaction() as tx:
-        (mine,) = syncing.entries(tx.conn, [found.id], data=True)
+        (mine,) = syncing.entries(tx.conn, [found.id])
     net = next(v for v in mine.verdicts if v.model == "net")
     assert net.rounds == 5  # the stronger of the two stayed
     assert mine.record is not None and mine.record.samples_count == 9  # the record kept
@@ -187,7 +187,7 @@ def test_settle_says_unchanged_for_the_same_content(local_at: Callable[..., Cach
     a = local_at("a")
     a.put_many([entry(1)])
     with a.transaction() as tx:
-        (one,) = syncing.entries(tx.conn, [a.entries()[0].id], data=False)
+        (one,) = syncing.entries(tx.conn, [a.entries()[0].id])
     assert settle(one, one).action == "unchanged" and settle(one, None).action == "added"
 
 
@@ -204,7 +204,7 @@ def test_pulled_entries_carry_their_origin_and_are_served_only_under_the_resolve
         fleet.sync(host, store, direction="pull")
         where = store.where
     with host.transaction() as tx:
-        (pulled,) = syncing.entries(tx.conn, [host.entries()[0].id], data=False)
+        (pulled,) = syncing.entries(tx.conn, [host.entries()[0].id])
     assert pulled.origin == (os.uname().nodename, where)
     assert "***" in where and "tunecache_writer:" in where
     table = Table.open(device=device, path=host.path)
@@ -220,7 +220,7 @@ def test_pulled_entries_carry_their_origin_and_are_served_only_under_the_resolve
     with host.run("tune") as run_id:
         host.put("op_F32_m1", choice="b", candidates=NAMES, run_id=run_id)
     with host.transaction() as tx:
-        (mine,) = syncing.entries(tx.conn, [host.entries()[0].id], data=False)
+        (mine,) = syncing.entries(tx.conn, [host.entries()[0].id])
     assert mine.origin is None
 
 

@@ -260,8 +260,8 @@ class _Copier:
             changed = syncing.changed_after(self.source, source_device, copied.last, CHUNK)
             if not changed:
                 break
-            copied.last = changed[-1][1]
-            incoming = syncing.entries(self.source, [e for e, _ in changed], data=True)
+            after, copied.last = copied.last, changed[-1][1]
+            incoming = syncing.entries_between(self.source, source_device, after, copied.last)
             copied.read += len(incoming)
             self._chunk(incoming, copied)
         if copied.run_id is not None:
@@ -301,7 +301,7 @@ class _Copier:
             self.device = self.target.device_row()
         assert self.device is not None
         kept = [here[e.key, e.checksum].id for e, s in chosen if s.fields_from == "here"]
-        theirs = {x.id: x for x in syncing.entries(conn, kept, data=True)}
+        theirs = {x.id: x for x in syncing.entries(conn, kept)}
         wanted = {e.run_id for e, s in chosen if s.fields_from == "incoming"}
         wanted |= {v.run_id for e, _ in chosen for v in e.verdicts}
         found = syncing.runs(self.source, {r for r in wanted if r is not None})
@@ -355,6 +355,11 @@ class _Copier:
                 (w.id, next(hosts), self.label, self.now)
                 for w, (_, s) in zip(written, chosen, strict=True)
                 if s.fields_from == "incoming"
+            ],
+            replacing=[
+                w.id
+                for w, (e, _) in zip(written, chosen, strict=True)
+                if (e.key, e.checksum) in here
             ],
         )
 

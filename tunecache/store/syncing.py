@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select
+from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select
 
 from tunecache.store import models as tables
 from tunecache.store import queries
 from tunecache.store.changes import ENTRY_CHANGES, ENTRY_ORIGINS, SYNC_MARKS, SYNC_STORE
+from tunecache.store.prepared import Lookup, Prepared
 from tunecache.store.values import TIMING_VALUES, RecordRow, TimingRow, VerdictFacts
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "changed_after",
     "copy_runs",
     "entries",
+    "entries_between",
     "entries_of_keys",
     "latest_change",
     "mark",
@@ -206,9 +208,10 @@ _SUMMARY = (
 )
 
 
-def _entry_select(*, data: bool) -> Any:
-    """The entries with their keys, sets, record summaries (and data) and origins."""
-    columns = [
+def _entry_select(*, data: bool, changes: bool) -> Select[Any]:
+    """The entries with their keys, sets, record summaries (and data) and origins; with
+    `changes`, their change numbers joined too."""
+    columns: list[Any] = [
         _E.c.id,
         _K.c.text,
         _S.c.checksum,
@@ -227,9 +230,10 @@ def _entry_select(*, data: bool) -> Any:
     ]
     if data:
         columns.append(_T.c.data)
+    joined = _CH.join(_E, _E.c.id == _CH.c.entry_id) if changes else _E
     return (
         select(*columns)
-        .select_from(_E)
+        .select_from(joined)
         .join(_K, _K.c.id == _E.c.key_id)
         .join(_S, _S.c.id == _E.c.candidate_set_id)
         .outerjoin(_T, _T.c.entry_id == _E.c.id)
@@ -237,12 +241,76 @@ def _entry_select(*, data: bool) -> Any:
     )
 
 
-def entries(conn: Connection, ids: Sequence[int], *, data: bool) -> list[SyncedEntry]:
-    """The entries of these ids with all their evidence (the records' rows too, with `data`),
-    in the order of `ids`."""
-    found: dict[int, SyncedEntry] = {}
-    for part in queries.chunks(list(ids)):
-        found.update(_read(conn, _entry_select(data=data).where(_E.c.id.in_(part)), data=data))
+_VERDICT_COLUMNS = (
+    _V.c.entry_id,
+    _M.c.name,
+    _M.c.fingerprint,
+    _V.c.verdict,
+    _V.c.gain,
+    _V.c.rounds,
+    _V.c.confirmations,
+    _V.c.run_id,
+    _V.c.created_at,
+    _V.c.updated_at,
+)
+_TIMING_COLUMNS = (_CT.c.record_id, *(_CT.c[name] for name in TIMING_VALUES))
+# A device's changes numbered in (w_after, w_upto]: what one chunk of a sync reads, each
+# question one statement found by the change numbers' index, whatever the chunk's size.
+_IN_RANGE = (
+    (_CH.c.seq > bindparam("w_after"))
+    & (_CH.c.seq <= bindparam("w_upto"))
+    & (_E.c.device_id == bindparam("w_device"))
+)
+_RANGE = ("w_after", "w_upto", "w_device")
+_CHANGED = _CH.join(_E, _E.c.id == _CH.c.entry_id)
+_ENTRIES_BETWEEN = Prepared(_entry_select(data=True, changes=True).where(_IN_RANGE), _RANGE)
+_VERDICTS_BETWEEN = Prepared(
+    select(*_VERDICT_COLUMNS)
+    .select_from(_CHANGED.join(_V, _V.c.entry_id == _E.c.id).join(_M, _M.c.id == _V.c.model_id))
+    .where(_IN_RANGE),
+    _RANGE,
+)
+_TIMINGS_BETWEEN = Prepared(
+    select(*_TIMING_COLUMNS)
+    .select_from(_CHANGED.join(_T, _T.c.entry_id == _E.c.id).join(_CT, _CT.c.record_id == _T.c.id))
+    .where(_IN_RANGE),
+    _RANGE,
+)
+# The entries of a device by key text, or any by id, with what they are compared on.
+_ENTRIES_OF_KEYS = Lookup(
+    _entry_select(data=False, changes=False).where(_E.c.device_id == bindparam("w_device")),
+    _K.c.text,
+    ("w_device",),
+)
+_ENTRIES_BY_ID = Lookup(_entry_select(data=True, changes=False), _E.c.id)
+_VERDICTS_ON = Lookup(
+    select(*_VERDICT_COLUMNS).select_from(_V.join(_M, _M.c.id == _V.c.model_id)), _V.c.entry_id
+)
+_TIMINGS_OF = Lookup(select(*_TIMING_COLUMNS), _CT.c.record_id)
+_DELETE_ORIGIN = Prepared(delete(_O).where(_O.c.entry_id == bindparam("w_entry")), ("w_entry",))
+
+
+def entries_between(conn: Connection, device: int, after: int, upto: int) -> list[SyncedEntry]:
+    """The device row's entries whose latest change is numbered in (`after`, `upto`], with
+    all their evidence and their records' rows, in change order."""
+    at = (after, upto, device)
+    rows = _ENTRIES_BETWEEN.fetch(conn, at)
+    found = _entries(
+        rows,
+        _VERDICTS_BETWEEN.fetch(conn, at),
+        _TIMINGS_BETWEEN.fetch(conn, at),
+        data=True,
+    )
+    return list(found.values())
+
+
+def entries(conn: Connection, ids: Sequence[int]) -> list[SyncedEntry]:
+    """The entries of these ids with all their evidence and their records' rows, in the
+    order of `ids`."""
+    rows = list(_ENTRIES_BY_ID.rows(conn, list(ids)))
+    verdicts = list(_VERDICTS_ON.rows(conn, [r[0] for r in rows]))
+    timings = list(_TIMINGS_OF.rows(conn, [r[11] for r in rows if r[11] is not None]))
+    found = _entries(rows, verdicts, timings, data=True)
     return [found[i] for i in ids if i in found]
 
 
@@ -251,23 +319,30 @@ def entries_of_keys(
 ) -> dict[tuple[str, str], SyncedEntry]:
     """The device row's entries of these key texts, by (key, checksum), with their record
     summaries and verdicts (not their records' rows)."""
-    out: dict[tuple[str, str], SyncedEntry] = {}
-    for part in queries.chunks(sorted(set(keys))):
-        statement = _entry_select(data=False).where(_K.c.text.in_(part), _E.c.device_id == device)
-        for e in _read(conn, statement, data=False).values():
-            out[e.key, e.checksum] = e
-    return out
+    rows = list(_ENTRIES_OF_KEYS.rows(conn, sorted(set(keys)), device))
+    verdicts = list(_VERDICTS_ON.rows(conn, [r[0] for r in rows]))
+    found = _entries(rows, verdicts, (), data=False)
+    return {(e.key, e.checksum): e for e in found.values()}
 
 
-def _read(conn: Connection, statement: Any, *, data: bool) -> dict[int, SyncedEntry]:
-    """The entries `statement` (an `_entry_select`) finds, with their verdicts and, with
-    `data`, their records' rows, by id."""
-    rows = conn.execute(statement).all()
-    if not rows:
-        return {}
-    ids = [int(r[0]) for r in rows]
-    verdicts = _verdicts(conn, ids)
-    timings = _timings(conn, [int(r[11]) for r in rows if r[11] is not None]) if data else {}
+def _entries(
+    rows: Sequence[Sequence[Any]],
+    verdict_rows: Iterable[Sequence[Any]],
+    timing_rows: Iterable[Sequence[Any]],
+    *,
+    data: bool,
+) -> dict[int, SyncedEntry]:
+    """The entries of `rows` (an `_entry_select`'s), with the verdicts and (with `data`) the
+    records' rows among `verdict_rows` and `timing_rows`, by id in the order of `rows`."""
+    verdicts: dict[int, list[SyncedVerdict]] = {}
+    for v in verdict_rows:
+        verdicts.setdefault(int(v[0]), []).append(SyncedVerdict(*v[1:]))
+    timings: dict[int, list[TimingRow]] = {}
+    for t in timing_rows:
+        # The driver's own value: SQLite's 0 or 1 is written as PostgreSQL's boolean.
+        timings.setdefault(int(t[0]), []).append(
+            TimingRow(t[1], t[2], t[3], t[4], t[5], t[6], bool(t[7]), t[8])
+        )
     out = {}
     for r in rows:
         summary = None if r[11] is None else tuple(r[12:20])
@@ -281,7 +356,7 @@ def _read(conn: Connection, statement: Any, *, data: bool) -> dict[int, SyncedEn
                 candidates_count=int(r[16]),
                 samples_count=int(r[17]),
                 failures_count=int(r[18]),
-                timings=timings.get(int(r[11]), ()),
+                timings=tuple(timings.get(int(r[11]), ())),
                 format_version=int(r[12]),
             )
         entry_id = int(r[0])
@@ -299,62 +374,10 @@ def _read(conn: Connection, statement: Any, *, data: bool) -> dict[int, SyncedEn
             updated_at=r[10],
             summary=summary,
             record=record,
-            verdicts=verdicts.get(entry_id, ()),
+            verdicts=tuple(verdicts.get(entry_id, ())),
             origin=None if r[20] is None else (str(r[20]), str(r[21])),
         )
     return out
-
-
-def _verdicts(conn: Connection, entry_ids: Sequence[int]) -> dict[int, tuple[SyncedVerdict, ...]]:
-    """Every verdict on these entries, by entry id."""
-    out: dict[int, list[SyncedVerdict]] = {}
-    for part in queries.chunks(entry_ids):
-        for row in conn.execute(
-            select(
-                _V.c.entry_id,
-                _M.c.name,
-                _M.c.fingerprint,
-                _V.c.verdict,
-                _V.c.gain,
-                _V.c.rounds,
-                _V.c.confirmations,
-                _V.c.run_id,
-                _V.c.created_at,
-                _V.c.updated_at,
-            )
-            .join(_M, _M.c.id == _V.c.model_id)
-            .where(_V.c.entry_id.in_(part))
-        ):
-            entry_id, model, fingerprint, verdict, gain, rounds, confirmations, *rest = row
-            run_id, created_at, updated_at = rest
-            out.setdefault(int(entry_id), []).append(
-                SyncedVerdict(
-                    model,
-                    fingerprint,
-                    verdict,
-                    gain,
-                    rounds,
-                    confirmations,
-                    run_id,
-                    created_at,
-                    updated_at,
-                )
-            )
-    return {e: tuple(v) for e, v in out.items()}
-
-
-def _timings(conn: Connection, record_ids: Sequence[int]) -> dict[int, tuple[TimingRow, ...]]:
-    """Every candidate's summary row of these records, by record id, in name order."""
-    out: dict[int, list[TimingRow]] = {}
-    columns = [_CT.c[name] for name in TIMING_VALUES]
-    for part in queries.chunks(record_ids):
-        for row in conn.execute(
-            select(_CT.c.record_id, *columns)
-            .where(_CT.c.record_id.in_(part))
-            .order_by(_CT.c.record_id, _CT.c.name)
-        ):
-            out.setdefault(int(row[0]), []).append(TimingRow(*row[1:]))
-    return {r: tuple(t) for r, t in out.items()}
 
 
 # --- runs and origins --------------------------------------------------------------------------
@@ -400,13 +423,18 @@ def copy_runs(conn: Connection, device: int, found: Iterable[SyncedRun]) -> dict
     return out
 
 
-def write_origins(conn: Connection, origins: Sequence[tuple[int, str, str, datetime]]) -> None:
-    """Say where each entry came from, (entry id, host, source, when), replacing what was
-    said before."""
+def write_origins(
+    conn: Connection,
+    origins: Sequence[tuple[int, str, str, datetime]],
+    *,
+    replacing: Sequence[int],
+) -> None:
+    """Say where each entry came from, (entry id, host, source, when), after taking away what
+    was said of the entries `replacing` (those that were there before: a new entry has no
+    origin yet)."""
+    _DELETE_ORIGIN.run(conn, [(e,) for e in replacing])
     if not origins:
         return
-    for part in queries.chunks([o[0] for o in origins]):
-        conn.execute(delete(_O).where(_O.c.entry_id.in_(part)))
     conn.execute(
         insert(_O),
         [{"entry_id": e, "host": h, "source": s, "synced_at": t} for e, h, s, t in origins],
