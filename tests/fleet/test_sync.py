@@ -289,3 +289,17 @@ def test_the_command_syncs_with_the_remote_variable_and_never_prints_the_passwor
     refused = _command("sync", "push", *named, "--remote", pg.ro_url, env={})
     assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1
     assert str(make_url(pg.ro_url).password) not in refused.stderr
+
+
+@pytest.mark.parametrize("command", ["list", "inspect 1", "models", "sql", "doctor", "where"])
+def test_a_read_command_given_a_store_url_refuses_in_one_line_without_the_password(
+    command: str, tmp_path: Path
+) -> None:
+    url = "postgresql+psycopg://someone:hunter2@/db?host=" + str(tmp_path)
+    for given, env in (([], {"TUNECACHE_URL": url}), (["--db", url], {})):
+        if command == "where" and not given:
+            continue  # where reports on the fleet store itself (tests/fleet/test_cli.py)
+        done = _command(*command.split(), *given, env=env)
+        assert done.returncode == 2, (command, given, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "hunter2" not in done.stderr
+        assert "someone:***@" in done.stderr

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sqlalchemy import Connection
 
@@ -234,6 +235,15 @@ def _refuse_itself(rid: str, lid: str, local: Cache) -> None:
 _HOST = socket.gethostname()
 
 
+class _Batch(NamedTuple):
+    """One chunk read from the source: its entries, their candidate lists by set id, and the
+    runs they name by id."""
+
+    incoming: list[SyncedEntry]
+    names: dict[int, tuple[str, ...]]
+    runs: dict[int, syncing.SyncedRun]
+
+
 class _Copier:
     """Copies one device's changed entries from a connection read to a transaction written,
     a chunk at a time, settling each against the entry there."""
@@ -250,34 +260,57 @@ class _Copier:
         self.host = host
         self.now = utcnow()
         self.device: int | None = None
+        self.fresh = False
         self.sums: dict[tuple[str, ...], str] = {}
 
     def copy(self, source_device: int, after: int) -> _Copied:
-        """Copy every change of the source's device row numbered after `after`."""
+        """Copy every change of the source's device row numbered after `after`, a chunk at a
+        time. From a fleet store, the next chunk is read by a thread while this one is
+        written (the driver waits on the network without the GIL); a local source is read in
+        turn (its connection belongs to this thread)."""
         copied = _Copied(after)
         self.device = self.target.device_id()
-        while True:
-            changed = syncing.changed_after(self.source, source_device, copied.last, CHUNK)
-            if not changed:
-                break
-            after, copied.last = copied.last, changed[-1][1]
-            incoming = syncing.entries_between(self.source, source_device, after, copied.last)
-            copied.read += len(incoming)
-            self._chunk(incoming, copied)
+        # A device with no entry here yet: no key of the source's can meet one.
+        self.fresh = self.device is None or not queries.count_entries(self.target.conn, self.device)
+        numbers = syncing.change_numbers(self.source, source_device, after)
+        bounds = [*numbers[CHUNK - 1 :: CHUNK], *numbers[-1:]]
+        ranges = list(zip([after, *bounds], bounds, strict=False))
+        ranges = [(a, b) for a, b in ranges if b > a]
+        if self.source.dialect.name != "postgresql" or len(ranges) < 2:
+            for a, b in ranges:
+                self._chunk(self._read(source_device, a, b), copied)
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="tunecache-sync") as reader:
+                ahead = reader.submit(self._read, source_device, *ranges[0])
+                for following in [*ranges[1:], None]:
+                    batch = ahead.result()
+                    if following is not None:
+                        ahead = reader.submit(self._read, source_device, *following)
+                    self._chunk(batch, copied)
+        copied.last = ranges[-1][1] if ranges else after
         if copied.run_id is not None:
             rows.set_run_notes(self.target.conn, copied.run_id, self._notes(copied))
         return copied
+
+    def _read(self, source_device: int, after: int, upto: int) -> _Batch:
+        """One chunk of the source: its entries, their candidate lists and runs."""
+        incoming = syncing.entries_between(self.source, source_device, after, upto)
+        names = queries.set_names(self.source, {e.set_id for e in incoming})
+        wanted = {e.run_id for e in incoming} | {v.run_id for e in incoming for v in e.verdicts}
+        found = syncing.runs(self.source, {r for r in wanted if r is not None})
+        return _Batch(incoming, names, found)
 
     def _notes(self, copied: _Copied) -> str:
         done = ", ".join(f"{n} {a}" for a, n in copied.counts.items() if n)
         return f"sync {self.direction} ({self.label}): {copied.read} read, {done}"
 
-    def _chunk(self, incoming: Sequence[SyncedEntry], copied: _Copied) -> None:
+    def _chunk(self, batch: _Batch, copied: _Copied) -> None:
         conn = self.target.conn
+        incoming, names = batch.incoming, batch.names
+        copied.read += len(incoming)
         here: dict[tuple[str, str], SyncedEntry] = {}
-        if self.device is not None:
+        if self.device is not None and not self.fresh:
             here = syncing.entries_of_keys(conn, self.device, [e.key for e in incoming])
-        names = queries.set_names(self.source, {e.set_id for e in incoming})
         chosen: list[tuple[SyncedEntry, Settled]] = []
         keys: dict[str, Key] = {}
         for e in incoming:
@@ -304,7 +337,7 @@ class _Copier:
         theirs = {x.id: x for x in syncing.entries(conn, kept)}
         wanted = {e.run_id for e, s in chosen if s.fields_from == "incoming"}
         wanted |= {v.run_id for e, _ in chosen for v in e.verdicts}
-        found = syncing.runs(self.source, {r for r in wanted if r is not None})
+        found = {r: batch.runs[r] for r in wanted if r is not None and r in batch.runs}
         runs = syncing.copy_runs(conn, self.device, found.values())
         writes, origins = [], []
         for e, s in chosen:

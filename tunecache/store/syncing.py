@@ -26,6 +26,7 @@ __all__ = [
     "SyncedEntry",
     "SyncedRun",
     "SyncedVerdict",
+    "change_numbers",
     "changed_after",
     "copy_runs",
     "entries",
@@ -180,6 +181,19 @@ def changed_after(conn: Connection, device: int, after: int, limit: int) -> list
             .where(_CH.c.seq > after, _E.c.device_id == device)
             .order_by(_CH.c.seq)
             .limit(limit)
+        )
+    ]
+
+
+def change_numbers(conn: Connection, device: int, after: int) -> list[int]:
+    """The change numbers of the device row's entries changed after `after`, lowest first."""
+    return [
+        int(s)
+        for (s,) in conn.execute(
+            select(_CH.c.seq)
+            .join(_E, _E.c.id == _CH.c.entry_id)
+            .where(_CH.c.seq > after, _E.c.device_id == device)
+            .order_by(_CH.c.seq)
         )
     ]
 
