@@ -269,10 +269,12 @@ class _Copier:
         written (the driver waits on the network without the GIL); a local source is read in
         turn (its connection belongs to this thread)."""
         copied = _Copied(after)
+        numbers = syncing.change_numbers(self.source, source_device, after)
+        if not numbers:
+            return copied
         self.device = self.target.device_id()
         # A device with no entry here yet: no key of the source's can meet one.
         self.fresh = self.device is None or not queries.count_entries(self.target.conn, self.device)
-        numbers = syncing.change_numbers(self.source, source_device, after)
         bounds = [*numbers[CHUNK - 1 :: CHUNK], *numbers[-1:]]
         ranges = list(zip([after, *bounds], bounds, strict=False))
         ranges = [(a, b) for a, b in ranges if b > a]
