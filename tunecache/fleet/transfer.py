@@ -17,6 +17,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple
 
 from sqlalchemy import Connection
@@ -118,10 +119,41 @@ class _Copied:
         return self.run_id is not None
 
 
-def _after(found: tuple[str, int] | None, counted_in: str) -> int:
-    """The number a mark says to read after: 0 where there is none, or it counts in another
-    database than the one read (a store made again, a salvaged copy)."""
-    return found[1] if found is not None and found[0] == counted_in else 0
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """The marks of one device's sync with one remote store, kept in the local cache on `conn`:
+    a pull's count in the remote's change numbers, a push's in the local cache's."""
+
+    conn: Connection
+    remote_id: str
+    local_id: str
+    device: str
+    #: the remote, as messages name it
+    remote: str
+
+    def counted_in(self, direction: str) -> str:
+        """The database whose change numbers the mark of `direction` counts."""
+        return self.remote_id if direction == "pull" else self.local_id
+
+    def get(self, direction: str) -> int:
+        """The number to read after: 0 where there is no mark, or it counts in another
+        database than the one read (a store made again, a salvaged copy)."""
+        found = syncing.mark(self.conn, self.remote_id, self.device, direction)
+        return found[1] if found is not None and found[0] == self.counted_in(direction) else 0
+
+    def keep(self, direction: str, seq: int) -> None:
+        """Keep `seq` as the mark of `direction`."""
+        at = self.counted_in(direction)
+        syncing.set_mark(
+            self.conn,
+            self.remote_id,
+            self.device,
+            direction,
+            counted_in=at,
+            seq=seq,
+            remote=self.remote,
+            now=utcnow(),
+        )
 
 
 def _pull(local: Cache, remote: Cache) -> DirectionReport:
@@ -130,41 +162,23 @@ def _pull(local: Cache, remote: Cache) -> DirectionReport:
     with remote.transaction() as rtx, local.transaction(write=True) as ltx:
         rid, lid = syncing.store_id(rtx.conn), syncing.store_id(ltx.conn)
         _refuse_itself(rid, lid, local)
-        before = _after(syncing.mark(ltx.conn, rid, device, "pull"), rid)
+        marks = _Marks(ltx.conn, rid, lid, device, remote.where)
+        before = marks.get("pull")
         own = ltx.device_id()
-        pushed = _after(syncing.mark(ltx.conn, rid, device, "push"), lid)
-        unpushed = own is not None and bool(syncing.changed_after(ltx.conn, own, pushed, 1))
+        unpushed = own is not None and bool(
+            syncing.changed_after(ltx.conn, own, marks.get("push"), 1)
+        )
         source = rtx.device_id()
         copied = _Copied(before)
         if source is not None:
             copier = _Copier(rtx.conn, ltx, "pull", remote.where, _HOST)
             copied = copier.copy(source, before)
-        now = utcnow()
         if copied.last != before:
-            syncing.set_mark(
-                ltx.conn,
-                rid,
-                device,
-                "pull",
-                counted_in=rid,
-                seq=copied.last,
-                remote=remote.where,
-                now=now,
-            )
+            marks.keep("pull", copied.last)
         own = ltx.device_id()
         if copied.written and not unpushed and own is not None:
             # What the pull wrote came from the remote: nothing of it needs pushing back.
-            latest = syncing.latest_change(ltx.conn, own)
-            syncing.set_mark(
-                ltx.conn,
-                rid,
-                device,
-                "push",
-                counted_in=lid,
-                seq=latest,
-                remote=remote.where,
-                now=now,
-            )
+            marks.keep("push", syncing.latest_change(ltx.conn, own))
     return copied.report("pull", remote.where, device, before, start)
 
 
@@ -182,8 +196,8 @@ def _push(local: Cache, remote: Cache) -> DirectionReport:
     with local.transaction() as ltx:
         lid = syncing.store_id(ltx.conn)
         _refuse_itself(rid, lid, local)
-        before = _after(syncing.mark(ltx.conn, rid, device, "push"), lid)
-        pulled = _after(syncing.mark(ltx.conn, rid, device, "pull"), rid)
+        marks = _Marks(ltx.conn, rid, lid, device, remote.where)
+        before, pulled = marks.get("push"), marks.get("pull")
         own = ltx.device_id()
         copied = _Copied(before)
         advance: int | None = None
@@ -200,29 +214,11 @@ def _push(local: Cache, remote: Cache) -> DirectionReport:
                     # What the push wrote came from here: nothing of it needs pulling back.
                     advance = syncing.latest_change(wtx.conn, theirs)
     if copied.last != before or advance is not None:
-        now = utcnow()
         with local.transaction(write=True) as ltx:
-            syncing.set_mark(
-                ltx.conn,
-                rid,
-                device,
-                "push",
-                counted_in=lid,
-                seq=copied.last,
-                remote=remote.where,
-                now=now,
-            )
+            marks = _Marks(ltx.conn, rid, lid, device, remote.where)
+            marks.keep("push", copied.last)
             if advance is not None:
-                syncing.set_mark(
-                    ltx.conn,
-                    rid,
-                    device,
-                    "pull",
-                    counted_in=rid,
-                    seq=advance,
-                    remote=remote.where,
-                    now=now,
-                )
+                marks.keep("pull", advance)
     return copied.report("push", remote.where, device, before, start)
 
 
@@ -244,24 +240,25 @@ class _Batch(NamedTuple):
     runs: dict[int, syncing.SyncedRun]
 
 
+@dataclass
 class _Copier:
     """Copies one device's changed entries from a connection read to a transaction written,
     a chunk at a time, settling each against the entry there."""
 
-    def __init__(
-        self, source: Connection, target: Transaction, direction: str, label: str, host: str
-    ) -> None:
-        self.source = source
-        self.target = target
-        self.direction = direction
-        #: where the entries written came from, as their origin rows say
-        self.label = label
-        #: the host an entry with neither an origin nor a run is credited to
-        self.host = host
-        self.now = utcnow()
-        self.device: int | None = None
-        self.fresh = False
-        self.sums: dict[tuple[str, ...], str] = {}
+    source: Connection
+    target: Transaction
+    direction: str
+    #: where the entries written came from, as their origin rows say
+    label: str
+    #: the host an entry with neither an origin nor a run is credited to
+    host: str
+    now: datetime = field(default_factory=utcnow)
+    #: the device's row on the side written, once known
+    device: int | None = None
+    #: whether that device had no entry there when the copy began
+    fresh: bool = False
+    #: the checksums of the candidate lists met
+    sums: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     def copy(self, source_device: int, after: int) -> _Copied:
         """Copy every change of the source's device row numbered after `after`, a chunk at a
@@ -365,21 +362,23 @@ class _Copier:
                 for v in s.written.verdicts
             )
             w = s.written
+            # EntryWrite's fields in order: the key and list, the run and time, the decision,
+            # then its creation time, record and verdicts (the other side's replace these).
             writes.append(
                 EntryWrite(
-                    key=keys[w.key],
-                    names=names[e.set_id],
-                    checksum=w.checksum,
-                    run_id=run_id,
-                    updated_at=w.updated_at,
-                    choice=w.choice,
-                    heuristic=w.heuristic,
-                    status=w.status,
-                    speedup=w.speedup,
-                    created_at=w.created_at,
-                    record=record,
-                    verdicts=verdicts,
-                    keep_verdicts=False,
+                    keys[w.key],
+                    names[e.set_id],
+                    w.checksum,
+                    run_id,
+                    w.updated_at,
+                    w.choice,
+                    w.heuristic,
+                    w.status,
+                    w.speedup,
+                    w.created_at,
+                    record,
+                    verdicts,
+                    False,
                 )
             )
         written = bulk.write_entries(conn, self.device, writes, now=self.now)

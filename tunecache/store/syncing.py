@@ -40,9 +40,10 @@ __all__ = [
     "write_origins",
 ]
 
-_E, _K, _S, _V = tables.ENTRIES, tables.KEYS, tables.CANDIDATE_SETS, tables.VALIDATIONS
-_M, _T, _R = tables.MODELS, tables.TIMING_RECORDS, tables.RUNS
-_CT, _CH, _O = tables.CANDIDATE_TIMINGS, ENTRY_CHANGES, ENTRY_ORIGINS
+# The tables sync reads: the entries' own, then revision 0006's.
+_E, _K, _S, _T = tables.ENTRIES, tables.KEYS, tables.CANDIDATE_SETS, tables.TIMING_RECORDS
+_V, _M, _R, _CT = tables.VALIDATIONS, tables.MODELS, tables.RUNS, tables.CANDIDATE_TIMINGS
+_CH, _O = ENTRY_CHANGES, ENTRY_ORIGINS
 
 #: the columns of a run that sync copies (its device is the side's own row)
 RUN_COLUMNS = (
@@ -77,13 +78,15 @@ class SyncedEntry:
     key: str
     checksum: str
     set_id: int
+    #: the decision
+    status: str
     choice: str
     heuristic: str | None
-    status: str
     speedup: float | None
-    run_id: int | None
+    #: when it was made and last changed, and the run (of its own side) that wrote it
     created_at: datetime
     updated_at: datetime
+    run_id: int | None
     #: the record's summary columns and size, or None without one (what `content` compares)
     summary: tuple[Any, ...] | None
     #: the record's rows, where its data was read
@@ -229,6 +232,10 @@ _SUMMARY = (
 )
 
 
+# An entry's own columns that `_entry_select` reads, in order, after its id, key and set.
+_DECISION = ("choice", "heuristic", "status", "speedup", "run_id", "created_at", "updated_at")
+
+
 def _entry_select(*, data: bool, changes: bool) -> Select[Any]:
     """The entries with their keys, sets, record summaries (and data) and origins; with
     `changes`, their change numbers joined too."""
@@ -237,13 +244,7 @@ def _entry_select(*, data: bool, changes: bool) -> Select[Any]:
         _K.c.text,
         _S.c.checksum,
         _S.c.id,
-        _E.c.choice,
-        _E.c.heuristic,
-        _E.c.status,
-        _E.c.speedup,
-        _E.c.run_id,
-        _E.c.created_at,
-        _E.c.updated_at,
+        *(_E.c[name] for name in _DECISION),
         _T.c.id,
         *_SUMMARY,
         _O.c.host,
@@ -262,17 +263,13 @@ def _entry_select(*, data: bool, changes: bool) -> Select[Any]:
     )
 
 
+# SyncedVerdict's fields in order, after the entry's id.
 _VERDICT_COLUMNS = (
     _V.c.entry_id,
     _M.c.name,
     _M.c.fingerprint,
-    _V.c.verdict,
-    _V.c.gain,
-    _V.c.rounds,
-    _V.c.confirmations,
-    _V.c.run_id,
-    _V.c.created_at,
-    _V.c.updated_at,
+    *(_V.c[name] for name in ("verdict", "gain", "rounds", "confirmations", "run_id")),
+    *(_V.c[name] for name in ("created_at", "updated_at")),
 )
 _TIMING_COLUMNS = (_CT.c.record_id, *(_CT.c[name] for name in TIMING_VALUES))
 # A device's changes numbered in (w_after, w_upto]: what one chunk of a sync reads, each
