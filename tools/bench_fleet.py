@@ -1,6 +1,6 @@
 """The fleet store's figures (issue 19), against a real PostgreSQL server:
 
-    source <(tools/pg_test_server.sh start)     # or any server: TUNECACHE_TEST_PG_URL=...
+    eval "$(tools/pg_test_server.sh start)"     # or any server: TUNECACHE_TEST_PG_URL=...
     python tools/bench_fleet.py                 # full size
     python tools/bench_fleet.py --quick         # a smoke run: small sizes
 
