@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,9 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.conftest import PgSchema
+from tests.conftest import ROOT, PgSchema
 from tunecache import fleet
 from tunecache.cache import Cache, NewEntry, NewVerdict
+from tunecache.candidates import checksum
 from tunecache.codec import CandidateTiming, TimingRecord
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError, ReadOnlyStoreError
@@ -303,3 +306,36 @@ def test_a_read_command_given_a_store_url_refuses_in_one_line_without_the_passwo
         assert done.returncode == 2, (command, given, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and "hunter2" not in done.stderr
         assert "someone:***@" in done.stderr
+
+
+def test_an_upgraded_cache_pushes_the_entries_it_had_before_revision_0006(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old.db"
+    shutil.copy(ROOT / "tests" / "golden" / "rev0003.db", old)
+    golden = Device("golden-cpu", 4, None, "tunecache", "0.1.0")
+    # The golden file's fingerprints and checksums are placeholders (a sync refuses an entry
+    # whose list does not hash to its checksum): its first device and its lists get real ones.
+    with sqlite3.connect(old) as conn:
+        conn.execute("UPDATE devices SET fingerprint = ? WHERE id = 1", (golden.fingerprint,))
+        for (set_id,) in conn.execute("SELECT id FROM candidate_sets").fetchall():
+            names = [
+                n
+                for (n,) in conn.execute(
+                    "SELECT name FROM candidates WHERE set_id = ? ORDER BY position", (set_id,)
+                )
+            ]
+            real = checksum(names)
+            conn.execute("UPDATE candidate_sets SET checksum = ? WHERE id = ?", (real, set_id))
+    conn.close()
+    with (
+        Cache.open(device=golden, path=old) as upgraded,
+        Cache.open(device=golden, path=tmp_path / "remote.db") as remote,
+    ):
+        before = {e.key.text: e.choice for e in upgraded.entries()}
+        done = fleet.sync(upgraded, remote, direction="push").directions[0]
+        assert (done.read, done.counts["added"]) == (len(before), len(before)) == (2, 2)
+        assert {e.key.text: e.choice for e in remote.entries()} == before
+        assert remote.verdicts_on(remote.entries()[0]) == upgraded.verdicts_on(
+            upgraded.entries()[0]
+        )
