@@ -339,3 +339,31 @@ def test_an_upgraded_cache_pushes_the_entries_it_had_before_revision_0006(
         assert remote.verdicts_on(remote.entries()[0]) == upgraded.verdicts_on(
             upgraded.entries()[0]
         )
+
+
+def test_revision_0006_upgrades_a_postgresql_store_with_entries_and_pulls_them_all(
+    pg: PgSchema, device: Device, local_at: Callable[..., Cache]
+) -> None:
+    from alembic import command
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from tunecache.store import migrate
+
+    with Cache.open(url=pg.url, device=device) as store:
+        store.put_many([entry(i, verdicts=validated()) for i in range(1, 8)])
+    engine = create_engine(pg.url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(migrate.alembic_config(conn), "0004")
+    finally:
+        engine.dispose()
+    with Cache.open(url=pg.url, device=device) as store:
+        assert store.outcome is migrate.Outcome.UPGRADED
+        host = local_at("host")
+        done = fleet.sync(host, store, direction="pull").directions[0]
+        assert (done.read, done.counts["added"]) == (7, 7)
+        # The triggers are back: a new entry is the next pull's only one.
+        store.put_many([entry(9)])
+        again = fleet.sync(host, store, direction="pull").directions[0]
+        assert (again.read, again.counts["added"]) == (1, 1)
