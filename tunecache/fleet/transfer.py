@@ -232,12 +232,13 @@ _HOST = socket.gethostname()
 
 
 class _Batch(NamedTuple):
-    """One chunk read from the source: its entries, their candidate lists by set id, and the
-    runs they name by id."""
+    """One chunk read from the source: its entries, their candidate lists by set id, the runs
+    they name by id, and each entry's checked key by its text (None: refused)."""
 
     incoming: list[SyncedEntry]
     names: dict[int, tuple[str, ...]]
     runs: dict[int, syncing.SyncedRun]
+    keys: dict[str, Key | None]
 
 
 @dataclass
@@ -297,7 +298,10 @@ class _Copier:
         names = queries.set_names(self.source, {e.set_id for e in incoming})
         wanted = {e.run_id for e in incoming} | {v.run_id for e in incoming for v in e.verdicts}
         found = syncing.runs(self.source, {r for r in wanted if r is not None})
-        return _Batch(incoming, names, found)
+        # Checked here, in the reading thread: its CPU time overlaps the writes of the chunk
+        # before (SQLite writes without the GIL).
+        keys = {e.key: self._legal(e, names[e.set_id]) for e in incoming}
+        return _Batch(incoming, names, found, keys)
 
     def _notes(self, copied: _Copied) -> str:
         done = ", ".join(f"{n} {a}" for a, n in copied.counts.items() if n)
@@ -311,15 +315,11 @@ class _Copier:
         if self.device is not None and not self.fresh:
             here = syncing.entries_of_keys(conn, self.device, [e.key for e in incoming])
         chosen: list[tuple[SyncedEntry, Settled]] = []
-        keys: dict[str, Key] = {}
+        keys = batch.keys
         for e in incoming:
             settled = settle(e, here.get((e.key, e.checksum)))
-            if settled.written is not None:
-                key = self._legal(e, names[e.set_id])
-                if key is None:
-                    settled = Settled("refused", None)
-                else:
-                    keys[e.key] = key
+            if settled.written is not None and keys[e.key] is None:
+                settled = Settled("refused", None)
             copied.counts[settled.action] += 1
             if settled.rule is not None:
                 by = copied.conflicts[settled.rule]
@@ -362,11 +362,13 @@ class _Copier:
                 for v in s.written.verdicts
             )
             w = s.written
+            key = keys[w.key]
+            assert key is not None  # refused entries are not written
             # EntryWrite's fields in order: the key and list, the run and time, the decision,
             # then its creation time, record and verdicts (the other side's replace these).
             writes.append(
                 EntryWrite(
-                    keys[w.key],
+                    key,
                     names[e.set_id],
                     w.checksum,
                     run_id,
