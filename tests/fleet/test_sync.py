@@ -367,3 +367,20 @@ def test_revision_0006_upgrades_a_postgresql_store_with_entries_and_pulls_them_a
         store.put_many([entry(9)])
         again = fleet.sync(host, store, direction="pull").directions[0]
         assert (again.read, again.counts["added"]) == (1, 1)
+
+
+def test_bad_arguments_are_one_line_errors_and_write_nothing(
+    local_at: Callable[..., Cache],
+) -> None:
+    host = local_at("host")
+    for bad in (
+        lambda: fleet.sync(host, local_at("r"), direction="sideways"),
+        lambda: fleet.sync(host, 42),  # type: ignore[arg-type]
+        lambda: fleet.sync("host.db", local_at("r2")),  # type: ignore[arg-type]
+        lambda: fleet.sync(host, "mysql://u:pw@h/db"),
+        lambda: fleet.sync(host, host),
+    ):
+        with pytest.raises(BadArgumentError) as raised:
+            bad()
+        assert "\n" not in str(raised.value) and "pw@" not in str(raised.value)
+    assert host.count() == 0

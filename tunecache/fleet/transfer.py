@@ -50,6 +50,8 @@ def open_remote(remote: str | None, local: Cache) -> Cache:
         remote = os.environ.get(REMOTE_VAR, "").strip() or None
     if remote is None:
         raise BadArgumentError(f"no remote: pass --remote URL or set {REMOTE_VAR}")
+    if not isinstance(remote, str):
+        raise BadArgumentError(f"a remote is a store URL or a path, not {type(remote).__name__}")
     if "://" in remote:
         return Cache.open(url=remote, device=local.device, busy_timeout=local.busy_timeout)
     return Cache.open(path=remote, device=local.device, busy_timeout=local.busy_timeout)
@@ -66,6 +68,8 @@ def sync(local: Cache, remote: Cache | str | None = None, *, direction: str = "b
     """
     if direction not in DIRECTIONS:
         raise BadArgumentError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if not isinstance(local, Cache):
+        raise BadArgumentError(f"the local side is an open Cache, not {type(local).__name__}")
     opened = None if isinstance(remote, Cache) else open_remote(remote, local)
     store = remote if isinstance(remote, Cache) else opened
     assert store is not None
