@@ -305,6 +305,7 @@ _VERDICTS_ON = Lookup(
     select(*_VERDICT_COLUMNS).select_from(_V.join(_M, _M.c.id == _V.c.model_id)), _V.c.entry_id
 )
 _TIMINGS_OF = Lookup(select(*_TIMING_COLUMNS), _CT.c.record_id)
+_INSERT_ORIGIN = Prepared(insert(_O), ("entry_id", "host", "source", "synced_at"))
 _DELETE_ORIGIN = Prepared(delete(_O).where(_O.c.entry_id == bindparam("w_entry")), ("w_entry",))
 
 
@@ -451,9 +452,4 @@ def write_origins(
     was said of the entries `replacing` (those that were there before: a new entry has no
     origin yet)."""
     _DELETE_ORIGIN.run(conn, [(e,) for e in replacing])
-    if not origins:
-        return
-    conn.execute(
-        insert(_O),
-        [{"entry_id": e, "host": h, "source": s, "synced_at": t} for e, h, s, t in origins],
-    )
+    _INSERT_ORIGIN.run(conn, origins)
