@@ -312,17 +312,18 @@ class _Copier:
         return f"sync {self.direction} ({self.label}): {copied.read} read, {done}"
 
     def _chunk(self, batch: _Batch, copied: _Copied) -> None:
+        """Settle one chunk against the entries here, count what became of each, and write
+        what is to be written."""
         conn = self.target.conn
-        incoming, names = batch.incoming, batch.names
+        incoming = batch.incoming
         copied.read += len(incoming)
         here: dict[tuple[str, str], SyncedEntry] = {}
         if self.device is not None and not self.fresh:
             here = syncing.entries_of_keys(conn, self.device, [e.key for e in incoming])
         chosen: list[tuple[SyncedEntry, Settled]] = []
-        keys = batch.keys
         for e in incoming:
             settled = settle(e, here.get((e.key, e.checksum)))
-            if settled.written is not None and keys[e.key] is None:
+            if settled.written is not None and batch.keys[e.key] is None:
                 settled = Settled("refused", None)
             copied.counts[settled.action] += 1
             if settled.rule is not None:
@@ -336,57 +337,7 @@ class _Copier:
             copied.run_id = self.target.start_run("sync", None, status="finished")
             self.device = self.target.device_row()
         assert self.device is not None
-        kept = [here[e.key, e.checksum].id for e, s in chosen if s.fields_from == "here"]
-        theirs = {x.id: x for x in syncing.entries(conn, kept)}
-        wanted = {e.run_id for e, s in chosen if s.fields_from == "incoming"}
-        wanted |= {v.run_id for e, _ in chosen for v in e.verdicts}
-        found = {r: batch.runs[r] for r in wanted if r is not None and r in batch.runs}
-        runs = syncing.copy_runs(conn, self.device, found.values())
-        writes, origins = [], []
-        for e, s in chosen:
-            assert s.written is not None
-            mine = {id(v) for v in e.verdicts}
-            if s.fields_from == "here":
-                record = theirs[here[e.key, e.checksum].id].record
-                run_id = s.written.run_id
-            else:
-                record, run_id = e.record, runs.get(e.run_id) if e.run_id is not None else None
-                run = found.get(e.run_id) if e.run_id is not None else None
-                host = e.origin[0] if e.origin else run.values["hostname"] if run else self.host
-                origins.append(host)
-            verdicts = tuple(
-                VerdictWrite(
-                    **v.facts(),
-                    run_id=(runs.get(v.run_id) if v.run_id is not None else None)
-                    if id(v) in mine
-                    else v.run_id,
-                    updated_at=v.updated_at,
-                    created_at=v.created_at,
-                )
-                for v in s.written.verdicts
-            )
-            w = s.written
-            key = keys[w.key]
-            assert key is not None  # refused entries are not written
-            # EntryWrite's fields in order: the key and list, the run and time, the decision,
-            # then its creation time, record and verdicts (the other side's replace these).
-            writes.append(
-                EntryWrite(
-                    key,
-                    names[e.set_id],
-                    w.checksum,
-                    run_id,
-                    w.updated_at,
-                    w.choice,
-                    w.heuristic,
-                    w.status,
-                    w.speedup,
-                    w.created_at,
-                    record,
-                    verdicts,
-                    False,
-                )
-            )
+        writes, origins = self._writes(batch, chosen, here)
         written = bulk.write_entries(conn, self.device, writes, now=self.now)
         hosts = iter(origins)
         syncing.write_origins(
@@ -402,6 +353,69 @@ class _Copier:
                 if (e.key, e.checksum) in here
             ],
         )
+
+    def _writes(
+        self,
+        batch: _Batch,
+        chosen: list[tuple[SyncedEntry, Settled]],
+        here: dict[tuple[str, str], SyncedEntry],
+    ) -> tuple[list[EntryWrite], list[str]]:
+        """The rows to write for the entries `chosen`, with their runs copied here, and the
+        origin host of each written with the incoming entry's fields, in order."""
+        assert self.device is not None
+        conn = self.target.conn
+        kept = [here[e.key, e.checksum].id for e, s in chosen if s.fields_from == "here"]
+        theirs = {x.id: x for x in syncing.entries(conn, kept)}
+        wanted = {e.run_id for e, s in chosen if s.fields_from == "incoming"}
+        wanted |= {v.run_id for e, _ in chosen for v in e.verdicts}
+        found = {r: batch.runs[r] for r in wanted if r is not None and r in batch.runs}
+        runs = syncing.copy_runs(conn, self.device, found.values())
+        writes, origins = [], []
+        for e, s in chosen:
+            w = s.written
+            key = batch.keys[e.key]
+            assert w is not None and key is not None  # refused entries are not written
+            mine = {id(v) for v in e.verdicts}
+            if s.fields_from == "here":
+                record = theirs[here[e.key, e.checksum].id].record
+                run_id = w.run_id
+            else:
+                record, run_id = e.record, runs.get(e.run_id) if e.run_id is not None else None
+                run = found.get(e.run_id) if e.run_id is not None else None
+                host = e.origin[0] if e.origin else run.values["hostname"] if run else self.host
+                origins.append(host)
+            # The incoming verdicts name the other side's runs: those copied here, instead.
+            verdicts = tuple(
+                VerdictWrite(
+                    **v.facts(),
+                    run_id=(runs.get(v.run_id) if v.run_id is not None else None)
+                    if id(v) in mine
+                    else v.run_id,
+                    updated_at=v.updated_at,
+                    created_at=v.created_at,
+                )
+                for v in w.verdicts
+            )
+            # EntryWrite's fields in order: the key and list, the run and time, the decision,
+            # then its creation time, record and verdicts (the other side's replace these).
+            writes.append(
+                EntryWrite(
+                    key,
+                    batch.names[e.set_id],
+                    w.checksum,
+                    run_id,
+                    w.updated_at,
+                    w.choice,
+                    w.heuristic,
+                    w.status,
+                    w.speedup,
+                    w.created_at,
+                    record,
+                    verdicts,
+                    False,
+                )
+            )
+        return writes, origins
 
     def _legal(self, entry: SyncedEntry, names: tuple[str, ...]) -> Key | None:
         """The key of an entry read from the other side, if it is one this side may hold: its
