@@ -384,3 +384,14 @@ def test_bad_arguments_are_one_line_errors_and_write_nothing(
             bad()
         assert "\n" not in str(raised.value) and "pw@" not in str(raised.value)
     assert host.count() == 0
+
+
+def test_a_store_that_is_not_there_fails_in_one_line_and_creates_no_local_cache(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "never.db"
+    url = f"postgresql+psycopg://someone:hunter2@/db?host={tmp_path}&connect_timeout=2"
+    done = _command("sync", "pull", "--db", str(db), *_identity(NAMED), "--remote", url, env={})
+    assert done.returncode == 5, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "unreachable" in done.stderr
+    assert "hunter2" not in done.stderr and not db.exists()

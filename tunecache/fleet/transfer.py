@@ -24,11 +24,13 @@ from sqlalchemy import Connection
 
 from tunecache.cache import Cache, Transaction
 from tunecache.candidates import checksum
+from tunecache.device import Device
 from tunecache.errors import BadArgumentError, BadKeyError, BadRecordError, ReadOnlyStoreError
 from tunecache.fleet.reports import DirectionReport, SyncReport, empty_conflicts, empty_counts
 from tunecache.fleet.rules import Settled, settle
 from tunecache.keys import Key, parse
 from tunecache.store import bulk, postgres, queries, rows, syncing
+from tunecache.store.engine import DEFAULT_BUSY_TIMEOUT
 from tunecache.store.models import utcnow
 from tunecache.store.syncing import SyncedEntry
 from tunecache.store.values import ENTRY_STATUSES, VERDICTS, EntryWrite, VerdictWrite
@@ -43,9 +45,11 @@ REMOTE_VAR = "TUNECACHE_REMOTE"
 CHUNK = 2000
 
 
-def open_remote(remote: str | None, local: Cache) -> Cache:
+def open_remote(
+    remote: str | None, device: Device, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+) -> Cache:
     """The remote store named by `remote` (a store URL, or a cache file's path), or by
-    TUNECACHE_REMOTE where `remote` is None, opened for the local cache's device identity."""
+    TUNECACHE_REMOTE where `remote` is None, opened for the device identity `device`."""
     if remote is None:
         remote = os.environ.get(REMOTE_VAR, "").strip() or None
     if remote is None:
@@ -53,8 +57,8 @@ def open_remote(remote: str | None, local: Cache) -> Cache:
     if not isinstance(remote, str):
         raise BadArgumentError(f"a remote is a store URL or a path, not {type(remote).__name__}")
     if "://" in remote:
-        return Cache.open(url=remote, device=local.device, busy_timeout=local.busy_timeout)
-    return Cache.open(path=remote, device=local.device, busy_timeout=local.busy_timeout)
+        return Cache.open(url=remote, device=device, busy_timeout=busy_timeout)
+    return Cache.open(path=remote, device=device, busy_timeout=busy_timeout)
 
 
 def sync(local: Cache, remote: Cache | str | None = None, *, direction: str = "both") -> SyncReport:
@@ -70,7 +74,9 @@ def sync(local: Cache, remote: Cache | str | None = None, *, direction: str = "b
         raise BadArgumentError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if not isinstance(local, Cache):
         raise BadArgumentError(f"the local side is an open Cache, not {type(local).__name__}")
-    opened = None if isinstance(remote, Cache) else open_remote(remote, local)
+    opened = None
+    if not isinstance(remote, Cache):
+        opened = open_remote(remote, local.device, local.busy_timeout)
     store = remote if isinstance(remote, Cache) else opened
     assert store is not None
     try:

@@ -23,9 +23,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from tunecache.fleet import open_remote, sync
 
     found = location(args)
+    # The remote first: one that cannot be opened leaves no new local cache behind.
     with (
+        open_remote(args.remote, found["device"]) as remote,
         Cache.open(device=found["device"], path=database(found)) as local,
-        open_remote(args.remote, local) as remote,
     ):
         report = sync(local, remote, direction=args.direction or "both")
     render.emit(args, report, _print_report)
