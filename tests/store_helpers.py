@@ -54,7 +54,10 @@ def all_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 
 #: the columns that hold when a row was written: two runs of the same writes differ only there
-TIMES = frozenset({"created_at", "updated_at", "started_at", "finished_at"})
+#: (revision 0006's change numbers say in what order, its store id in which database)
+TIMES = frozenset(
+    {"created_at", "updated_at", "started_at", "finished_at", "synced_at", "seq", "store_id"}
+)
 
 
 def timeless_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:

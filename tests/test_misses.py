@@ -298,9 +298,9 @@ def test_revision_0007_makes_the_pending_table_and_takes_it_back(
         url = f"sqlite:///{tmp_path / 'migrated.db'}"
     engine = create_engine(url, poolclass=NullPool)
     try:
-        for target in ("0005", "0007", "0005", "0007"):
+        for target in ("0006", "0007", "0006", "0007"):
             with engine.begin() as conn:
-                if target == "0005" and inspect(conn).has_table("pending"):
+                if target == "0006" and inspect(conn).has_table("pending"):
                     command.downgrade(migrate.alembic_config(conn), target)
                 else:
                     command.upgrade(migrate.alembic_config(conn), target)

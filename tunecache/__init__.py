@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tunecache.config import configure
     from tunecache.device import Device, detect
     from tunecache.dispatch import Tunable, profile, tunable
+    from tunecache.fleet import sync
     from tunecache.keys import Key, format_key, make_key, parse
     from tunecache.resolve import Answer, Table, current, set_default, using
     from tunecache.resolve.misses import record_misses
@@ -48,6 +49,7 @@ __all__ = [
     "Entry",
     "TimingRecord",
     "open",
+    "sync",
     # the hot path
     "Answer",
     "Table",
@@ -74,6 +76,7 @@ _LAZY = {
     "Cache": ("tunecache.cache", "Cache"),
     "Entry": ("tunecache.cache", "Entry"),
     "open": ("tunecache.cache", "open_cache"),
+    "sync": ("tunecache.fleet", "sync"),
     "CandidateTiming": ("tunecache.codec", "CandidateTiming"),
     "TimingRecord": ("tunecache.codec", "TimingRecord"),
     "Answer": ("tunecache.resolve", "Answer"),

@@ -102,9 +102,18 @@ def database_path_of(
 
 
 def explicit_path(path: str | os.PathLike[str]) -> Path:
-    """A database file named by the caller, made absolute; an empty name is refused."""
+    """A database file named by the caller, made absolute; an empty name is refused, and so is
+    a store URL (it names a fleet store, not a file: shown masked, never as a path)."""
     if not str(path):
         raise BadArgumentError("the database path must not be empty")
+    if isinstance(path, str) and "://" in path:
+        from tunecache.store import urls
+
+        if path.split("://", 1)[0].lower() in urls.SCHEMES:
+            raise BadArgumentError(
+                f"{urls.mask(path)} is a fleet store, not a cache file: open it with url= "
+                f"(or ${urls.ENV_VAR}), or sync with it (tunecache sync --remote URL)"
+            )
     return Path(path).absolute()
 
 

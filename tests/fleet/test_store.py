@@ -78,7 +78,7 @@ def test_open_creates_the_schema_once_and_the_read_contract_is_there(
         views = set(inspect(engine).get_view_names())
     finally:
         engine.dispose()
-    assert views == {"decisions", *READ_VIEWS}
+    assert views == {"decisions", *READ_VIEWS, "read_entry_origins_v1"}
 
 
 def test_the_store_api_works_the_same(fleet: Callable[..., Cache], pg: PgSchema) -> None:

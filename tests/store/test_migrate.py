@@ -21,7 +21,7 @@ from tunecache.codec import decode
 from tunecache.device import Device
 from tunecache.errors import ReadOnlyStoreError, StoreError, TunecacheWarning
 from tunecache.store import migrate
-from tunecache.store.engine import make_engine
+from tunecache.store.engine import make_engine, transaction
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -143,6 +143,7 @@ CONTRACT = {
     "pid started_at finished_at notes",
     "read_models_v1": "model model_fingerprint created_at",
     "read_devices_v1": "device cpu threads accelerator client client_version created_at entries",
+    "read_entry_origins_v1": "entry_id host source synced_at",
 }
 
 
@@ -177,10 +178,18 @@ def test_golden_database_upgrades_with_its_content(
     after = all_rows(db)
     assert after.pop("alembic_version") == [(migrate.HEAD,)]
     before.pop("alembic_version")
-    # A table a later revision added (0005's claims, 0007's pending keys) arrives empty.
-    added = {name: rows for name, rows in after.items() if name not in before}
-    assert all(rows == [] for rows in added.values()), added
-    assert {n: r for n, r in after.items() if n in before} == before  # byte for byte
+    # Revision 0006's tables come with the upgrade: every entry with a change number; the
+    # tables of 0005 (claims) and 0007 (pending keys) arrive empty.
+    made = set(after) - set(before)
+    sync_tables = {"entry_changes", "entry_origins", "sync_marks", "sync_store"}
+    assert made <= sync_tables | {"claims", "pending"}
+    if "entry_changes" in made:
+        assert len(after.pop("entry_changes")) == len(after["entries"])
+    if made:
+        for table in made - {"entry_changes"}:
+            rows = after.pop(table)
+            assert table in sync_tables or rows == [], table
+    assert after == before  # every row of every table, byte for byte
     # The schema a new cache is made with, every index of migration 0004 included.
     assert _schema(db) == _schema_of_new(device, tmp_path)
     blob = after["timing_records"][0][-1]
@@ -403,6 +412,14 @@ def test_a_future_table_rebuild_keeps_every_child_row(device: Device, tmp_path: 
     finally:
         engine.dispose()
     assert all_rows(db) == before
+    # Dropping a table drops its triggers: a migration that rebuilds entries or validations
+    # makes revision 0006's triggers again, as mend does here.
+    engine = make_engine(db)
+    try:
+        with transaction(engine) as conn:
+            assert {d.type for d in migrate.mend(conn)} == {"trigger"}
+    finally:
+        engine.dispose()
     assert _schema(db) == schema_before
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []

@@ -46,7 +46,7 @@ def reader(stock: Stock) -> Iterator[CacheReader]:
 def test_the_reader_names_the_revision_and_statuses_the_store_has() -> None:
     assert reading.HEAD == migrate.HEAD
     assert reading.ENTRY_STATUSES == ENTRY_STATUSES
-    assert set(reading.VIEWS) <= {*READ_VIEWS, "decisions"}
+    assert set(reading.VIEWS) <= {*READ_VIEWS, "decisions", "read_entry_origins_v1"}
 
 
 def _ids(reader: CacheReader, where: dict[str, Any] | None = None, **options: Any) -> list[int]:

@@ -53,6 +53,7 @@ __all__ = [
     "MERGE",
     "EXCHANGE",
     "DOCTOR",
+    "SYNC",
     "TUNE_MODELS",
     "EVALUATE_MODELS",
     "DEMO_MODELS",
@@ -297,6 +298,16 @@ IMPORT = (
 MERGE = (
     option("source", metavar="SOURCE", help="a cache database or an export file"),
     *EXCHANGE,
+)
+
+SYNC = (
+    option(
+        "direction",
+        nargs="?",
+        choices=("pull", "push"),
+        help="pull or push only (default: push, then pull)",
+    ),
+    option("--remote", metavar="URL", help="the fleet store (default: $TUNECACHE_REMOTE)"),
 )
 
 DOCTOR = (option("--repair", action="store_true", help="repair what can be repaired"),)

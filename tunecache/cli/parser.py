@@ -111,6 +111,7 @@ SUBCOMMANDS = (
     Subcommand("export", "write this device's entries as CBOR", options.EXPORT),
     Subcommand("import", "import an export file, all or nothing", options.IMPORT),
     Subcommand("merge", "merge another cache or an export file", options.MERGE),
+    Subcommand("sync", "pull from and push to a fleet store", options.SYNC),
     Subcommand("doctor", "check the database; repair when asked", options.DOCTOR),
     Subcommand(
         "tune",

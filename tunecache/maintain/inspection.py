@@ -20,7 +20,7 @@ from tunecache.store.reading import CacheReader
 if TYPE_CHECKING:
     from tunecache.cache import Cache
 
-__all__ = ["CandidateInfo", "Inspection", "RunInfo", "Verdict", "inspect"]
+__all__ = ["CandidateInfo", "Inspection", "OriginInfo", "RunInfo", "Verdict", "inspect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,16 @@ class RunInfo(Report):
 
 
 @dataclass(frozen=True, slots=True)
+class OriginInfo(Report):
+    """Where an entry synced from a fleet store came from: the host that tuned it, the store
+    (its URL masked) or host it was synced from, and when."""
+
+    host: str
+    source: str
+    synced_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class Inspection(Report):
     """Everything the cache knows about one entry: why it was chosen, by whom, when."""
 
@@ -85,6 +95,8 @@ class Inspection(Report):
     record_error: str | None
     verdicts: tuple[Verdict, ...]
     run: RunInfo | None
+    #: where the entry came from, when sync brought it (None: written here)
+    origin: OriginInfo | None = None
 
 
 def inspect(cache: Cache | CacheReader, target: int | str | Key) -> list[Inspection]:
@@ -138,6 +150,7 @@ def _inspect_one(reader: CacheReader, info: EntryInfo) -> Inspection:
     # VERDICT_COLUMNS but the entry id and creation time are Verdict's fields, in order.
     verdicts = tuple(Verdict(*row[1:9]) for row in reader.verdicts([info.id]))
     run = None if info.run_id is None else reader.run(info.run_id)
+    origin = reader.origin(info.id)
     return Inspection(
         entry=info,
         candidates=tuple(_candidate(name, timings.get(name), info) for name in set_names),
@@ -147,4 +160,5 @@ def _inspect_one(reader: CacheReader, info: EntryInfo) -> Inspection:
         record_error=error,
         verdicts=verdicts,
         run=None if run is None else RunInfo(**{f.name: run[f.name] for f in fields(RunInfo)}),
+        origin=None if origin is None else OriginInfo(*origin),
     )

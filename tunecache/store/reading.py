@@ -72,6 +72,7 @@ VIEWS = (
     "read_candidates_v1",
     "read_devices_v1",
     "read_entry_details_v1",
+    "read_entry_origins_v1",
     "read_models_v1",
     "read_records_v1",
     "read_runs_v1",
@@ -407,6 +408,16 @@ class CacheReader:
         """The CBOR bytes of an entry's timing record, or None if it has none."""
         found = self._rows("SELECT data FROM read_records_v1 WHERE entry_id = ?", (entry_id,))
         return None if not found or found[0][0] is None else bytes(found[0][0])
+
+    def origin(self, entry_id: int) -> tuple[str, str, datetime | None] | None:
+        """Where a synced entry came from (revision 0006's `read_entry_origins_v1`): the host
+        that tuned it, the store or host it was synced from, and when; None for an entry
+        written here."""
+        found = self._rows(
+            "SELECT host, source, synced_at FROM read_entry_origins_v1 WHERE entry_id = ?",
+            (entry_id,),
+        )
+        return None if not found else (str(found[0][0]), str(found[0][1]), when(found[0][2]))
 
     def run(self, run_id: int) -> dict[str, Any] | None:
         """The run with this id as its columns by name (`id`, `kind`, `status`, `device`,

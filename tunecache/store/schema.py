@@ -65,7 +65,7 @@ SCHEMA_QUERY = (
 )
 
 #: every released revision, oldest first (a test keeps it equal to the migration scripts)
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0007")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
 
 #: Every object of the schema: (type, name) -> (the revision that made it, the digest of its
 #: canonical SQL). No revision so far has changed an object an older one made; one that does
@@ -80,13 +80,18 @@ OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     ("table", "claims"): ("0005", "c7a19bcbcc67c496"),
     ("table", "devices"): ("0001", "2e2028d156c41261"),
     ("table", "entries"): ("0001", "89cbccd4914bb1c9"),
+    ("table", "entry_changes"): ("0006", "728bd4caa7810d3c"),
+    ("table", "entry_origins"): ("0006", "b1e123263af70b2b"),
     ("table", "keys"): ("0001", "e0159c897e77b426"),
     ("table", "models"): ("0001", "f76240232d79f15a"),
     ("table", "pending"): ("0007", "efe0fee0e743d39c"),
     ("table", "runs"): ("0001", "bb2c656a0dc79d9d"),
+    ("table", "sync_marks"): ("0006", "5b3ea8a5568c7890"),
+    ("table", "sync_store"): ("0006", "7c3a8f0367ef5bf2"),
     ("table", "timing_records"): ("0001", "0716be33fac00a59"),
     ("table", "validations"): ("0001", "d0b6c410296cf89e"),
     ("index", "ix_claims_token"): ("0005", "f7e32dbf247e336e"),
+    ("index", "ix_entry_changes_seq"): ("0006", "b37aa3a97d98cf46"),
     ("index", "ix_entries_candidate_set_id"): ("0004", "f65d5c5989f500da"),
     ("index", "ix_entries_device_id_updated_at"): ("0004", "ffe5f3e39129626c"),
     ("index", "ix_entries_key_id"): ("0001", "20735ee6e8fb2f5e"),
@@ -96,10 +101,16 @@ OBJECTS: dict[tuple[str, str], tuple[str, str]] = {
     ("index", "ix_runs_status"): ("0004", "ffc8ad5606b5ca8b"),
     ("index", "ix_validations_entry_id"): ("0001", "c492b45daf7bed7d"),
     ("index", "ix_validations_run_id"): ("0004", "3eab72378a9a7339"),
+    ("trigger", "entry_changes_after_entry_insert"): ("0006", "380bfd3a9ca2a6bc"),
+    ("trigger", "entry_changes_after_entry_update"): ("0006", "10d701ec4fafbeb9"),
+    ("trigger", "entry_changes_after_verdict_delete"): ("0006", "c68bb96a0686240f"),
+    ("trigger", "entry_changes_after_verdict_insert"): ("0006", "8e7b26751c7d2828"),
+    ("trigger", "entry_changes_after_verdict_update"): ("0006", "4e48f50b6a60d690"),
     ("view", "decisions"): ("0002", "81c7382d12708da6"),
     ("view", "read_candidates_v1"): ("0003", "5778754bc9cee3c6"),
     ("view", "read_devices_v1"): ("0004", "4547a6bd1fb6578d"),
     ("view", "read_entries_v1"): ("0003", "e3b94660fd38323a"),
+    ("view", "read_entry_origins_v1"): ("0006", "6ae6b7f64237b3e9"),
     ("view", "read_entry_details_v1"): ("0004", "1c3312bdef1239f0"),
     ("view", "read_models_v1"): ("0004", "ec2b123985871541"),
     ("view", "read_records_v1"): ("0004", "a3551b7dcd985143"),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         cmd_sql,
         cmd_where,
     )
+    from tunecache.cli.commands.sync import cmd_sync
     from tunecache.cli.commands.tuning import cmd_demo, cmd_evaluate, cmd_tune
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "cmd_export",
     "cmd_import",
     "cmd_merge",
+    "cmd_sync",
     "cmd_tune",
     "cmd_demo",
     "cmd_evaluate",
@@ -61,6 +63,7 @@ _HOMES = {
     "cmd_export": "exchange",
     "cmd_import": "exchange",
     "cmd_merge": "exchange",
+    "cmd_sync": "sync",
     "cmd_tune": "tuning",
     "cmd_demo": "tuning",
     "cmd_evaluate": "tuning",

@@ -276,6 +276,12 @@ def _print_inspection(console: Console, item: Any) -> None:
             f"{render.when(run.finished_at)}" + (f"; {run.notes}" if run.notes else ""),
             soft_wrap=True,
         )
+    if item.origin is not None:
+        console.print(
+            f"origin: {item.origin.host}, synced from {item.origin.source} at "
+            f"{render.when(item.origin.synced_at)}",
+            soft_wrap=True,
+        )
     console.print()
 
 
