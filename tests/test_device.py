@@ -20,7 +20,7 @@ from tunecache.device import (
     usable_cpus,
 )
 from tunecache.errors import DeviceMismatchError, TunecacheError
-from tunecache.identity import _from_proc_cpuinfo, _is_slug, check_fields
+from tunecache.identity import _from_proc_cpuinfo, _is_slug, as_slug, check_fields
 from tunecache.pools import default_threads
 
 X86_CPUINFO = """\
@@ -54,6 +54,16 @@ CPU part\t: 0xd0c
 )
 def test_slugify_makes_one_safe_name_per_chip(raw: str, slug: str) -> None:
     assert slugify(raw) == slug
+
+
+def test_a_device_named_by_its_slug_keeps_it_whatever_words_it_holds() -> None:
+    # A slug shown by a listing or a folder names the same device back: "cpu" stays in
+    # "test-cpu-9000" (slugify alone would drop it), and free text is still slugified.
+    assert as_slug("test-cpu-9000") == "test-cpu-9000"
+    assert slugify("test-cpu-9000") == "test-9000"
+    assert as_slug("Intel(R) Xeon(R) CPU @ 2.40GHz") == "intel-xeon"
+    assert as_slug("bad slug-") == "bad-slug"
+    assert detect(cpu="test-cpu-9000", threads=1).cpu == "test-cpu-9000"
 
 
 def test_slugs_are_short_and_safe_for_any_input() -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "dirname",
     "fingerprint",
     "settle",
+    "as_slug",
     "slugify",
     "usable_cpus",
 ]
@@ -92,6 +93,12 @@ def slugify(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     slug = re.sub(r"-+", "-", slug)[:_SLUG_MAX].strip("-")
     return slug or "unknown"
+
+
+def as_slug(text: str) -> str:
+    """`text` itself where it is already a slug (a device named by the slug a folder or a
+    listing shows: `test-cpu-9000` stays itself), else `slugify(text)`."""
+    return text if _is_slug(text) and not text.endswith("\n") else slugify(text)
 
 
 def _is_slug(value: object) -> bool:
@@ -245,9 +252,9 @@ def settle(
 
         threads, counted = default_threads(usable_cpus())
     values: Fields = (
-        slugify(cpu if cpu is not None else cpu_model()),
+        as_slug(cpu if cpu is not None else cpu_model()),
         threads,
-        None if accelerator is None else slugify(accelerator),
+        None if accelerator is None else as_slug(accelerator),
         client,
         client_version,
     )
