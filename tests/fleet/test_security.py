@@ -140,6 +140,24 @@ def test_urls_are_masked() -> None:
     assert urls.mask("postgresql+psycopg://me@/fleet") == "postgresql+psycopg://me@/fleet"
 
 
+@pytest.mark.parametrize("secret", ["Sup3r/Secret", "s3c#ret", "a?b=c", "Head7@tail9", "x:y"])
+def test_a_password_as_sqlalchemy_reads_it_is_never_shown(secret: str, tmp_path: Path) -> None:
+    # SQLAlchemy takes "/", "#", "?" and ":" in a password as written (to the first "@"): a
+    # split that ends the password earlier would print the rest of it.
+    url = f"postgresql+psycopg://tuner:{secret}@127.0.0.1:1/fleet"
+    seen = [urls.mask(url), urls.scrub(f"could not connect to {url}", url)]
+    if "@" not in secret:
+        assert make_url(url).password == secret  # what the driver would be given
+        assert urls.mask(url) == "postgresql+psycopg://tuner:***@127.0.0.1:1/fleet"
+    for args in (("where",), ("sync", "pull", "--remote", url), ("list", "--db", url)):
+        done = _tunecache(*args, url=url, tmp_path=tmp_path)
+        assert done.returncode != 0, done.stdout
+        seen += [done.stdout, done.stderr]
+    for text_ in seen:
+        # The whole, and each side of a raw "@" (SQLAlchemy would take the tail for a host).
+        assert not any(part in text_ for part in (secret, *secret.split("@"))), text_
+
+
 def test_no_output_carries_the_password(
     pg: PgSchema, device: Device, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

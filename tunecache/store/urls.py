@@ -27,42 +27,71 @@ SCHEMES = ("postgresql+psycopg", "postgresql")
 _SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
 
 
-def _split(url: str) -> urllib.parse.SplitResult:
-    return urllib.parse.urlsplit(url)
+# A URL split as SQLAlchemy's `make_url` splits it: the user runs to the first ":" or "/", the
+# password to the first "@" (so "/", "#" and "?" may stand in it as written, and "@" only
+# percent-encoded), then the host, an optional port, the database and the query.
+_URL_PATTERN = (
+    r"(?P<scheme>[\w+]+)://"
+    r"(?:(?P<user>[^:/]*)(?::(?P<password>[^@]*))?@)?"
+    r"(?P<host>\[[^/?]+\]|[^/:?]*)?(?::(?P<port>[^/?]*))?"
+    r"(?:/(?P<database>[^?]*))?(?:\?(?P<query>.*))?"
+)
+
+
+def _split(url: str) -> dict[str, str | None] | None:
+    """The parts of `url` (scheme, user, password, host, port, database, query), as
+    SQLAlchemy reads them; None where it is no URL. The pattern is compiled on first use, so
+    that importing this module compiles nothing."""
+    import re
+
+    found = re.fullmatch(_URL_PATTERN, url, flags=re.DOTALL)
+    if found is None:
+        return None
+    parts = found.groupdict()
+    host = parts["host"] or ""
+    if parts["password"] is not None and "@" in host:
+        # A password with a raw "@": SQLAlchemy would take its tail for the host. All of it up
+        # to the last "@" is the secret, and `check` refuses the URL.
+        tail, parts["host"] = host.rsplit("@", 1)
+        parts["password"] += "@" + tail
+        parts["raw_at"] = "yes"
+    return parts
 
 
 def mask(url: str) -> str:
     """`url` with its password and secret query parameters replaced by `MASK`: what every
     message shows of it. Text that is no URL is shown as `MASK` whole."""
-    try:
-        parts = _split(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{user}@{host}"
+    parts = _split(url)
+    if parts is None:
+        return MASK
+    shown = f"{parts['scheme']}://"
+    if parts["user"] is not None:
+        password = "" if parts["password"] is None else f":{MASK}"
+        shown += f"{parts['user']}{password}@"
+    shown += parts["host"] or ""
+    if parts["port"] is not None:
+        shown += f":{parts['port']}"
+    if parts["database"] is not None:
+        shown += f"/{parts['database']}"
+    if parts["query"] is not None:
         query = [
             (key, MASK if key.lower() in _SECRET_PARAMETERS else value)
-            for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+            for key, value in urllib.parse.parse_qsl(parts["query"], keep_blank_values=True)
         ]
-        text = urllib.parse.urlencode(query, safe="/:,=*", quote_via=urllib.parse.quote)
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, text, ""))
-    except ValueError:
-        return MASK
+        shown += "?" + urllib.parse.urlencode(query, safe="/:,=*", quote_via=urllib.parse.quote)
+    return shown
 
 
 def secrets(url: str) -> tuple[str, ...]:
     """The secrets `url` carries (its password, decoded and as written, and the values of
     secret query parameters): what `scrub` takes out of a message."""
-    try:
-        parts = _split(url)
-    except ValueError:
+    parts = _split(url)
+    if parts is None:
         return (url,)
     found: list[str] = []
-    if parts.password:
-        userinfo = parts.netloc.rsplit("@", 1)[0]
-        found += [userinfo.split(":", 1)[1], urllib.parse.unquote(parts.password)]
-    for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+    if parts["password"]:
+        found += [parts["password"], urllib.parse.unquote(parts["password"])]
+    for key, value in urllib.parse.parse_qsl(parts["query"] or "", keep_blank_values=True):
         if key.lower() in _SECRET_PARAMETERS and value:
             found += [value, urllib.parse.quote(value, safe="")]
     # The longest first: a secret that contains another is taken out whole.
@@ -90,12 +119,20 @@ def check(url: object) -> str:
             f"a store URL names PostgreSQL through psycopg 3 (postgresql+psycopg://user@host/db), "
             f"not {shown!r}; a local cache is named by a path, not a URL"
         )
-    try:
-        parts = _split(url)
-        parts.port  # noqa: B018 (a port that is not a number raises here)
-    except ValueError as error:
-        raise BadArgumentError(f"store URL {mask(url)} is malformed: {error}") from None
-    if not parts.path.strip("/"):
+    parts = _split(url)
+    if parts is None:
+        raise BadArgumentError(f"store URL {mask(url)} is malformed")
+    if parts.get("raw_at"):
+        raise BadArgumentError(
+            f"store URL {mask(url)} is malformed: a password's own '@' is written %40"
+        )
+    port = parts["port"]
+    if port is not None and not (port.isascii() and port.isdigit() and int(port) < 65536):
+        raise BadArgumentError(
+            f"store URL {mask(url)} is malformed: its port is not a number from 0 to 65535 "
+            f"(a password's own '@' is written %40)"
+        )
+    if not (parts["database"] or "").strip("/"):
         raise BadArgumentError(f"store URL {mask(url)} names no database (…/DBNAME)")
     # psycopg 3 is the only PostgreSQL driver tunecache is tested with.
     return "postgresql+psycopg" + url[len(scheme) :] if scheme == "postgresql" else url
