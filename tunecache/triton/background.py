@@ -132,8 +132,7 @@ class PendingKeys:
         if stored is None:
             stored = self._stored[state.index] = self._read_stored(state.reader.path, state)
         item.earlier = stored.get((target.key.text, target.sum), 0)
-        names = target.names
-        WRITER.put(Note(state.destination, target.key, names, names[0], self._op, self._warn))
+        WRITER.put(Note(state.destination, target.key, target.names, self._op, self._warn))
 
     def _read_stored(self, path: Path | None, state: DeviceState) -> dict[tuple[str, str], int]:
         """The device's pending keys in the store, by (key, checksum): read once per device,

@@ -81,17 +81,25 @@ class Record(NamedTuple):
     warn: Callable[[str, str], None]
 
 
-class Note(NamedTuple):
+class Note:
     """A key served a borrowed config, queued for its store's pending keys
-    (`tunecache.store.pending`), so that it outlives the process until some process tunes it."""
+    (`tunecache.store.pending`), so that it outlives the process until some process tunes it:
+    its store, its key, the candidate list it was borrowed against (the first config is the
+    heuristic), and the kernel's name and WarnOnce, as a `Record` has them."""
 
-    destination: Destination
-    key: Key
-    #: the candidate list it was borrowed against, and its first config (the heuristic)
-    names: tuple[str, ...]
-    heuristic: str
-    op: str
-    warn: Callable[[str, str], None]
+    __slots__ = ("destination", "key", "names", "op", "warn")
+
+    def __init__(
+        self,
+        destination: Destination,
+        key: Key,
+        names: tuple[str, ...],
+        op: str,
+        warn: Callable[[str, str], None],
+    ) -> None:
+        self.destination, self.key, self.names, self.op, self.warn = (
+            destination, key, names, op, warn
+        )  # fmt: skip
 
 
 #: what the writer's queue holds
@@ -279,7 +287,7 @@ class RecordWriter:
         fingerprint = destination.device.fingerprint
         if notes:
             rows = [
-                Pending(n.key.text, checksum(n.names), n.names, n.heuristic, n.op, "triton")
+                Pending(n.key.text, checksum(n.names), n.names, n.names[0], n.op, "triton")
                 for n in notes
             ]
             self._direct(items, lambda store: record_pending(store, fingerprint, rows))
