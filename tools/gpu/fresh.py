@@ -16,7 +16,12 @@ timed with tunecache's import: work moved there from the first call must still c
   tunecache's output check (`check_outputs`) is on, as in every tuning here, unless
   `--no-check`: part 3 runs both, so the check's first use in a fresh process (the torch
   kernels it loads) is measured, not estimated; the child also says the check's own time
-  (`outputs_time`).
+  (`outputs_time`). With the check off, the child then times the check's torch work on the
+  output after the first call, each op's first use in the process and its second one (the
+  subtraction, the inf-norm reduction, `tensor_difference` whole), and the same comparison on
+  the host on its first 2**20 values (a copy to the host, then `tunecache.compare`'s numpy
+  rules, the path a small output could take): where the check's
+  first use goes, for making it cheaper.
 - `warm`: the first call of a key whose decision is on disk; with `--preload`, the configs the
   autotuners picked are launched directly first, so the first call measures only the lookup.
 """
@@ -90,6 +95,42 @@ def _decorate(
     return kernel, time.perf_counter() - t0
 
 
+def _timed(fn: Any) -> float:
+    """Seconds `fn()` takes to the end of its GPU work."""
+    _sync()
+    t0 = time.perf_counter()
+    fn()
+    _sync()
+    return time.perf_counter() - t0
+
+
+def check_first_use(family: Any, ops: tuple[Any, ...]) -> dict[str, float]:
+    """The output check's torch work on the kernel's output, in ms, in a process that has not
+    compared tensors yet: each op's first and second use, the whole comparison once warm, and
+    the host comparison (copy both to the host, `tunecache.compare`'s rules)."""
+    import torch
+
+    from tunecache.compare import difference
+    from tunecache.triton.gpu import tensor_difference
+
+    named = dict(zip(family.KERNEL.arg_names, family.args(*ops), strict=False))
+    out = named[family.OUTPUTS[0]]
+    ref = out.clone()  # a device-to-device copy: no kernel of torch's own
+    norm = torch.linalg.vector_norm
+    times = {
+        "sub first": _timed(lambda: out - ref),
+        "sub again": _timed(lambda: out - ref),
+        "norm first": _timed(lambda: norm(out, float("inf"), dtype=torch.float32).item()),
+        "norm again": _timed(lambda: norm(out, float("inf"), dtype=torch.float32).item()),
+        "difference warm": _timed(lambda: tensor_difference(torch, ref, out, None)),
+    }
+    # The host path is for small outputs: timed on the first 2**20 values (2 MiB in fp16).
+    head, part = out.reshape(-1)[: 1 << 20], ref.reshape(-1)[: 1 << 20].cpu().numpy()
+    times["host 1M copy"] = _timed(lambda: head.cpu())
+    times["host 1M copy + compare"] = _timed(lambda: difference(part, head.cpu().numpy(), None))
+    return {k: v * 1e3 for k, v in times.items()}
+
+
 def child(task: str, name: str, mode: str, shape: int, root: str | None, options: Any) -> None:
     """One fresh process's measurement, printed as a JSON line."""
     import torch
@@ -149,6 +190,8 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
     else:
         out["benched"] = getattr(kernel, "bench_time", None) is not None
     out["second"] = first_call(kernel, family, ops)
+    if task == "first" and mode == "tunecache" and options.no_check:
+        out["check_first_use"] = check_first_use(family, ops)
     print(json.dumps(out))
 
 

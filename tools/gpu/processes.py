@@ -76,6 +76,13 @@ def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
         " the check's own time (outputs_time): "
         + (f"{statistics.median(spent):.1f} ms" if spent else "not measured")
     )
+    probes = [g["check_first_use"] for g in rows["tunecache no check"] if "check_first_use" in g]
+    if probes:
+        say(
+            "   the check's torch work on the output after a first key tuned without it, ms"
+            " (medians): "
+            + "; ".join(f"{k} {statistics.median(p[k] for p in probes):.2f}" for k in probes[0])
+        )
     return ratios
 
 
