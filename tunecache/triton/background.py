@@ -42,7 +42,8 @@ class Pending(NamedTuple):
     #: whether the first call's arguments were kept, so it can be tuned without another call
     captured: bool
     #: how many times earlier processes borrowed it without anyone tuning it since (the
-    #: store's pending count when this process first borrowed a key of this kernel and device)
+    #: store's pending count when this kernel first borrowed a key on this device; another
+    #: kernel object of this process that borrowed it and was written by then counts too)
     earlier: int = 0
 
 
