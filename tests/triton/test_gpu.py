@@ -15,6 +15,7 @@ import pytest
 
 import tunecache.triton as tct
 from tests.triton.fake import GPU, CpuKernel, configs, launch
+from tunecache.compare import difference
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError, TunecacheError
 from tunecache.triton import GPU_BENCH, gpu
@@ -214,6 +215,20 @@ class _Tensor:
     def item(self) -> float:
         return float(self.a)
 
+    def is_contiguous(self) -> bool:
+        return bool(self.a.flags.c_contiguous)
+
+    def detach(self) -> _Tensor:
+        return self
+
+    def cpu(self) -> _Tensor:
+        return self._op("cpu", self.a.copy())
+
+    def numpy(self) -> Any:
+        if self.a.dtype == object:
+            raise TypeError("Got unsupported ScalarType BFloat16")  # as torch says it
+        return self.a
+
 
 def _fake_torch() -> SimpleNamespace:
     import numpy as np
@@ -240,7 +255,7 @@ def test_outputs_that_agree_on_the_device_cost_a_subtraction_and_two_norms() -> 
     ref = _Tensor(np.linspace(-8, 8, 1000).astype(np.float16))
     near = _Tensor((ref.a.astype(np.float32) + 1e-3).astype(np.float16))
     _Tensor.ops = []
-    assert gpu.tensor_difference(torch, ref, near, None) is None  # within fp16's 3e-2 of 8
+    assert gpu.tensor_difference(torch, ref, near, None, 0) is None  # within fp16's 3e-2 of 8
     assert _Tensor.ops == ["sub", "norm", "norm"]  # nothing element by element
 
 
@@ -250,20 +265,59 @@ def test_outputs_that_differ_on_the_device_are_said_as_compare_says_them() -> No
     torch = _fake_torch()
     ref = _Tensor(np.linspace(-8, 8, 1000).astype(np.float32))
     off = _Tensor(ref.a + 1)
-    said = gpu.tensor_difference(torch, ref, off, None)
+    said = gpu.tensor_difference(torch, ref, off, None, 0)
     assert said is not None and said.startswith("largest difference 1, 0.125 of the reference")
-    assert gpu.tensor_difference(torch, ref, off, 0.2) is None
+    assert gpu.tensor_difference(torch, ref, off, 0.2, 0) is None
     holes = ref.a.copy()
     holes[3] = np.nan
     # A NaN where the reference has one agrees; where it has a number, it does not.
-    assert gpu.tensor_difference(torch, _Tensor(holes), _Tensor(holes.copy()), None) is None
-    said = gpu.tensor_difference(torch, ref, _Tensor(holes), None)
+    assert gpu.tensor_difference(torch, _Tensor(holes), _Tensor(holes.copy()), None, 0) is None
+    said = gpu.tensor_difference(torch, ref, _Tensor(holes), None, 0)
     assert said == "NaN where the other is a number"
     ints = _Tensor(np.arange(10))
     other = _Tensor(np.where(np.arange(10) == 4, 0, np.arange(10)))
-    assert gpu.tensor_difference(torch, ints, _Tensor(np.arange(10)), None) is None
-    assert gpu.tensor_difference(torch, ints, other, None) == "1 of 10 values differ (exact: int64)"
-    said = gpu.tensor_difference(torch, ref, _Tensor(ref.a[:10]), None) or ""
+    assert gpu.tensor_difference(torch, ints, _Tensor(np.arange(10)), None, 0) is None
+    assert (
+        gpu.tensor_difference(torch, ints, other, None, 0) == "1 of 10 values differ (exact: int64)"
+    )
+    said = gpu.tensor_difference(torch, ref, _Tensor(ref.a[:10]), None, 0) or ""
     assert "expected float32 of shape (1000,)" in said
     # Anything that is not a tensor is tunecache.compare's.
     assert gpu.tensor_difference(torch, np.arange(3), np.arange(3), None) is None
+
+
+def test_small_outputs_are_compared_on_the_host_by_the_same_rules() -> None:
+    import numpy as np
+
+    torch = _fake_torch()
+    ref = np.linspace(-8, 8, 1000).astype(np.float32)
+    holes = ref.copy()
+    holes[3] = np.nan
+    ints = np.arange(10)
+    cases = [
+        (ref, ref + 1e-6),
+        (ref, ref + 1),
+        (ref, holes),
+        (holes, holes.copy()),
+        (ints, np.where(ints == 4, 0, ints)),
+        (ref.astype(np.float16), (ref + 1e-3).astype(np.float16)),
+    ]
+    for expected, actual in cases:
+        on_device = gpu.tensor_difference(torch, _Tensor(expected), _Tensor(actual), None, 0)
+        _Tensor.ops = []
+        on_host = gpu.tensor_difference(torch, _Tensor(expected), _Tensor(actual), None)
+        assert _Tensor.ops == ["cpu", "cpu"]  # two copies, no torch kernel
+        # The same verdict, in tunecache.compare's own words (which also say where).
+        assert (on_host is None) == (on_device is None)
+        assert on_host == difference(expected, actual, None)
+    # Beyond the limit, not contiguous, or a dtype numpy lacks: on the device, as before.
+    big = np.zeros(gpu.HOST_VALUES + 1, np.float32)
+    strided = ref[::2]
+    odd = np.array([1.0, 2.0], dtype=object)  # stands for bfloat16: .numpy() refuses it
+    device = ["sub", "norm", "norm"]
+    for expected, ops in ((big, device), (strided, device), (odd, ["cpu"])):  # odd: exact, equal
+        _Tensor.ops = []
+        assert (
+            gpu.tensor_difference(torch, _Tensor(expected), _Tensor(expected.copy()), None) is None
+        )
+        assert _Tensor.ops == ops

@@ -15,7 +15,8 @@ before any timing, so tuning times compare benching, not compiling. Per family i
 2. the runtime of each autotuner's pick over Triton's pick (triton.testing.do_bench medians, the
    picks interleaved round by round);
 3. the first new key of a fresh process (tools/gpu/fresh.py): Triton's tune, tunecache's with
-   its store on disk, and with no store yet; the flush after it timed on its own;
+   its store on disk, with no store yet, and with the store on disk and the output check off
+   (the check's first use in a fresh process, paired run by run); the flush timed on its own;
 4. the first call of a stored key in a warm process, decoration timed with it, end to end and
    with the kernel's modules preloaded;
 5. unseen shapes next to tuned ones: time to first call, and runtime over a full tune's pick
@@ -435,6 +436,7 @@ def family_report(name: str, options: Any, scratch: Path) -> dict[str, Any]:
     failed: list[str] = []
 
     def attempt(title: str, step: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
         try:
             return step()
         except Exception:
@@ -442,6 +444,9 @@ def family_report(name: str, options: Any, scratch: Path) -> dict[str, Any]:
             say(f"part {title} of {name} failed:")
             say(traceback.format_exc())
             return None
+        finally:
+            # What each part takes, against run.sh's deadline for the whole.
+            say(f"   (part {title} of {name}: {time.perf_counter() - started:.0f} s)")
 
     part1 = attempt("1", lambda: tuning(family, shapes, ops, scratch / f"{name}-noflush"))
     part1 = part1 or {"picks": {}, "times": {}}
@@ -492,6 +497,11 @@ def summary(results: dict[str, dict[str, Any]]) -> None:
     row(
         "first new key of a process, no store yet / triton",
         lambda f: f["first"]["tunecache no store"],
+        TARGET_TUNE,
+    )
+    row(
+        "first new key of a process, store on disk, output check off / triton",
+        lambda f: f["first"]["tunecache no check"],
         TARGET_TUNE,
     )
     row("decoration", lambda f: f["warm"]["decorate tunecache"], TARGET_DECORATE, "ms")

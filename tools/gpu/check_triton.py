@@ -247,6 +247,21 @@ def output_checks() -> None:
     assert text.startswith("wrong output: out_ptr: largest difference 1"), text
     ok(f"check_outputs: the off-by-one config is recorded wrong, never chosen ({text[:70]}...)")
 
+    # A small output (at most gpu.HOST_VALUES values) is compared on the host, by the same rules.
+    small = tct.autotune(configs=configs, key=["n"], check_outputs=["out_ptr"])(shifted)
+    x = torch.randn(4096, device="cuda")
+    out = torch.empty_like(x)
+    small[vgrid](x, out, x.numel())
+    torch.cuda.synchronize()
+    assert float((out - x * 2.0).abs().max()) < 1e-5 and small.stats["tuned"] == 1, small.stats
+    entry, record = stored(small, x, out, x.numel())
+    assert entry is not None and record is not None
+    refused = {t.name: t.error for t in record.candidates if t.error}
+    assert list(refused) == [tct.config_name(configs[2])], refused
+    text = refused[tct.config_name(configs[2])] or ""
+    assert text.startswith("wrong output: out_ptr: largest difference 1"), text
+    ok(f"check_outputs on a 4096-value output, compared on the host: {text[:70]}...")
+
     # The four configs compiled above, at a size Triton specialises as it did 256 (no compile).
     every = tct.autotune(configs=mm.CONFIGS[:4], key=mm.KEY, check_outputs=True)(mm.matmul_kernel)
     a, b, c = mm.operands(512)

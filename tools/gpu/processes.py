@@ -14,7 +14,9 @@ from common import TARGET_DECORATE, TARGET_PRELOADED, TARGET_TUNE, TARGET_WARM, 
 
 
 def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
-    """Part 3: the first new key of a fresh process, each run a key nobody has seen."""
+    """Part 3: the first new key of a fresh process, each run a key nobody has seen; tunecache
+    with the output check on (as everywhere here) and off, side by side, so that what the
+    check's first use costs a fresh process (the torch kernels it loads) is measured."""
     say()
     say(f"3. {family.NAME}: the first new key of a fresh process (every config launched once")
     say(
@@ -25,14 +27,18 @@ def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
         "triton": [],
         "tunecache": [],
         "tunecache no store": [],
+        "tunecache no check": [],
     }
+    modes = list(rows)
     for r in range(runs):
         shape = family.FIRST + r
-        for mode in list(rows)[r % 3 :] + list(rows)[: r % 3]:
+        for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
             root = None
             if mode == "tunecache no store":
                 root = Path(tempfile.mkdtemp(prefix="tc-nostore-", dir=scratch))
-            rows[mode].append(fresh.run("first", family.NAME, mode.split()[0], shape, root))
+            check = mode != "tunecache no check"
+            got = fresh.run("first", family.NAME, mode.split()[0], shape, root, check=check)
+            rows[mode].append(got)
     ratios = {}
     for mode, got in rows.items():
         med = statistics.median(g["first"] for g in got)
@@ -57,6 +63,25 @@ def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
         say(
             f"   {mode} / triton: {ratio:.3f};"
             f" target <= {TARGET_TUNE}: {verdict(ratio <= TARGET_TUNE)}"
+        )
+    # Each run's key is the same shape in every mode: the check's cost is the paired difference.
+    paired = [
+        (on["first"] - off["first"]) * 1e3
+        for on, off in zip(rows["tunecache"], rows["tunecache no check"], strict=True)
+    ]
+    spent = [g["outputs_time"] * 1e3 for g in rows["tunecache"] if g.get("outputs_time")]
+    say(
+        "   the output check's first use in a fresh process: first call with it - without it"
+        f" = {statistics.median(paired):.1f} ms (runs: {', '.join(f'{d:.1f}' for d in paired)});"
+        " the check's own time (outputs_time): "
+        + (f"{statistics.median(spent):.1f} ms" if spent else "not measured")
+    )
+    probes = [g["check_first_use"] for g in rows["tunecache no check"] if "check_first_use" in g]
+    if probes:
+        say(
+            "   the check's torch work on the output after a first key tuned without it, ms"
+            " (medians): "
+            + "; ".join(f"{k} {statistics.median(p[k] for p in probes):.2f}" for k in probes[0])
         )
     return ratios
 

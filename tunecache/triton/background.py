@@ -4,6 +4,12 @@ A borrowed key keeps private copies of its first call's arguments (at most `pend
 keys keep theirs), so it can be tuned later without another call and without ever writing the
 caller's tensors: on `tune_pending()`, or with `unseen="background"` by a daemon thread of
 the kernel's own, on a stream of that thread's own.
+
+It is also kept in the store's pending keys (`tunecache.store.pending`, source "triton"), so
+that it outlives the process: noted once per process, written by the process's writer thread
+(`writer.Note`, never by the launch), and cleared there when any process stores the key's
+decision. A later process that borrows it again knows how often earlier ones did
+(`Pending.earlier`), and `tunecache pending` lists it.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from tunecache.triton.options import Options
 from tunecache.triton.state import Target, WarnOnce
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tunecache.keys import Key
     from tunecache.resolve import Answer
+    from tunecache.triton.state import DeviceState
 
 __all__ = ["Pending", "PendingItem", "PendingKeys"]
 
@@ -32,12 +41,16 @@ class Pending(NamedTuple):
     answer: Answer
     #: whether the first call's arguments were kept, so it can be tuned without another call
     captured: bool
+    #: how many times earlier processes borrowed it without anyone tuning it since (the
+    #: store's pending count when this kernel first borrowed a key on this device; another
+    #: kernel object of this process that borrowed it and was written by then counts too)
+    earlier: int = 0
 
 
 class PendingItem:
     """A pending key with what tuning it needs."""
 
-    __slots__ = ("answer", "args", "kwargs", "legal", "raw", "target")
+    __slots__ = ("answer", "args", "earlier", "kwargs", "legal", "raw", "target")
 
     def __init__(
         self, target: Target, raw: tuple[Any, ...], answer: Answer, legal: list[Any]
@@ -53,6 +66,8 @@ class PendingItem:
         #: copies of its first call's arguments (None: none were kept)
         self.args: tuple[Any, ...] | None = None
         self.kwargs: dict[str, Any] | None = None
+        #: how many times earlier processes borrowed it (`Pending.earlier`)
+        self.earlier = 0
 
 
 class PendingKeys:
@@ -82,6 +97,10 @@ class PendingKeys:
         self._worker: threading.Thread | None = None
         #: background tuning failures, as one line each (the kernel's own list, if given)
         self.errors: list[str] = [] if errors is None else errors
+        #: (device index, tuning key) of the keys noted in the store's pending keys
+        self._noted: set[tuple[int, tuple[Any, ...]]] = set()
+        #: device index -> the store's pending keys of this device, as (key, checksum) -> count
+        self._stored: dict[int, dict[tuple[str, str], int]] = {}
 
     def hold(self, item: PendingItem, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Remember a borrowed key (under `lock`), with copies of its call's arguments while
@@ -95,15 +114,48 @@ class PendingKeys:
                 f"tunecache: {self._op} holds {held} pending keys' arguments "
                 "(pending_limit); later borrowed keys keep none until tune_pending() runs",
             )
-        self.items[item.target.state.index, item.raw] = item
+        place = (item.target.state.index, item.raw)
+        self.items[place] = item
+        if place not in self._noted:
+            self._noted.add(place)
+            self._note(item)
         if self._options.unseen == "background" and item.args is not None:
             self._enqueue(item)
+
+    def _note(self, item: PendingItem) -> None:
+        """Say how often earlier processes borrowed the key, and queue it for the store's
+        pending keys (written by the writer's thread)."""
+        from tunecache.triton.writer import WRITER, Note
+
+        target = item.target
+        state = target.state
+        stored = self._stored.get(state.index)
+        if stored is None:
+            stored = self._stored[state.index] = self._read_stored(state.reader.path, state)
+        item.earlier = stored.get((target.key.text, target.sum), 0)
+        WRITER.put(Note(state.destination, target.key, target.names, self._op, self._warn))
+
+    def _read_stored(self, path: Path | None, state: DeviceState) -> dict[tuple[str, str], int]:
+        """The device's pending keys in the store, by (key, checksum): read once per device,
+        at its first borrowed key; none where the store cannot say (said once)."""
+        from tunecache.errors import TunecacheError
+        from tunecache.store.pending import pending_keys
+
+        if path is None:
+            return {}
+        try:
+            rows = pending_keys(path, state.device.fingerprint, timeout=5.0)
+        except TunecacheError as error:
+            self._warn("pending", f"tunecache: cannot read {self._op}'s pending keys: {error}")
+            return {}
+        return {(row.key, row.checksum): row.asked for row in rows}
 
     def listing(self) -> list[Pending]:
         """The pending keys, oldest first."""
         with self._lock:
             return [
-                Pending(i.target.key, i.answer, i.args is not None) for i in self.items.values()
+                Pending(i.target.key, i.answer, i.args is not None, i.earlier)
+                for i in self.items.values()
             ]
 
     def tune_all(self) -> list[Key]:

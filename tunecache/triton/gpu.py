@@ -23,6 +23,7 @@ from tunecache.triton.configs import NoConfigError
 
 __all__ = [
     "GPU_BENCH",
+    "HOST_VALUES",
     "driver_version",
     "gpu_backend",
     "gpu_device",
@@ -148,8 +149,19 @@ def triton_no_config_error(triton: Any) -> type[NoConfigError]:
     return found
 
 
+#: outputs of at most this many values are compared on the host (`tensor_difference`): two
+#: copies and numpy cost 0.2 ms there (16,384 fp16 values, tunecache.compare on a 2-core CPU),
+#: about what the device path costs once warm, and load no torch kernel into the process (the
+#: device path's first use loads two, ~50-70 ms in a fresh process)
+HOST_VALUES = 1 << 14
+
+
 def tensor_difference(
-    torch: Any, expected: Any, actual: Any, tolerance: float | None
+    torch: Any,
+    expected: Any,
+    actual: Any,
+    tolerance: float | None,
+    host_values: int = HOST_VALUES,
 ) -> str | None:
     """`tunecache.compare.difference`'s rules for two torch tensors, worked out on their
     device (a 4096 x 4096 output compared on the host would cost more than its whole bench);
@@ -157,7 +169,9 @@ def tensor_difference(
     complex128 for float64 and complex values): the largest finite gap within `tolerance`
     (default: the square root of the dtype's epsilon) of the reference's largest finite
     magnitude, NaNs where the reference has them, equal infinities. Integers and booleans
-    exactly."""
+    exactly. Contiguous outputs of at most `host_values` values (in a dtype numpy has) are
+    copied to the host and compared there by `difference` itself: the same rules, and no
+    torch kernel to load."""
     tensor = torch.Tensor
     if not (isinstance(expected, tensor) and isinstance(actual, tensor)):
         from tunecache.triton.backend import difference
@@ -171,6 +185,17 @@ def tensor_difference(
     count = expected.numel()
     if count == 0:
         return None
+    if count <= host_values and expected.is_contiguous() and actual.is_contiguous():
+        try:
+            # Copies of contiguous memory (no kernel), each waiting for the launch before it;
+            # detached, as an input that requires grad may be checked too (check_outputs=True).
+            host = expected.detach().cpu().numpy(), actual.detach().cpu().numpy()
+        except TypeError:
+            host = None  # a dtype numpy lacks (bfloat16, float8): compared on the device
+        if host is not None:
+            from tunecache.triton.backend import difference
+
+            return difference(*host, tolerance)
     if not (expected.is_floating_point() or expected.is_complex()):
         if torch.equal(expected, actual):
             return None

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tunecache.candidates import checksum
 from tunecache.errors import StoreBusyError, StoreError, TunecacheError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from tunecache.keys import Key
     from tunecache.store.direct import DirectStore
 
-__all__ = ["WRITER", "Destination", "Record", "RecordWriter", "flush"]
+__all__ = ["WRITER", "Destination", "Note", "Record", "RecordWriter", "flush"]
 
 
 class Destination(NamedTuple):
@@ -80,6 +81,31 @@ class Record(NamedTuple):
     warn: Callable[[str, str], None]
 
 
+class Note:
+    """A key served a borrowed config, queued for its store's pending keys
+    (`tunecache.store.pending`), so that it outlives the process until some process tunes it:
+    its store, its key, the candidate list it was borrowed against (the first config is the
+    heuristic), and the kernel's name and WarnOnce, as a `Record` has them."""
+
+    __slots__ = ("destination", "key", "names", "op", "warn")
+
+    def __init__(
+        self,
+        destination: Destination,
+        key: Key,
+        names: tuple[str, ...],
+        op: str,
+        warn: Callable[[str, str], None],
+    ) -> None:
+        self.destination, self.key, self.names, self.op, self.warn = (
+            destination, key, names, op, warn
+        )  # fmt: skip
+
+
+#: what the writer's queue holds
+Item = Record | Note
+
+
 class RecordWriter:
     """A process's queue of records, and the thread that writes them.
 
@@ -99,7 +125,7 @@ class RecordWriter:
 
     def _setup(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[Record] = deque()
+        self._queue: deque[Item] = deque()
         #: how many records each store has queued or being written
         self._owed: dict[Path, int] = {}
         self._thread: threading.Thread | None = None
@@ -108,8 +134,9 @@ class RecordWriter:
 
     # -- the caller's side ----------------------------------------------------------------------
 
-    def put(self, record: Record) -> None:
-        """Queue a record; the writer's thread starts on it at once."""
+    def put(self, record: Item) -> None:
+        """Queue a record (or a pending key's note); the writer's thread starts on it at
+        once."""
         with self._cond:
             if not self._registered:
                 self._registered = True
@@ -198,14 +225,14 @@ class RecordWriter:
                         self._thread = None
                     self._cond.notify_all()
 
-    def _take(self) -> list[Record]:
+    def _take(self) -> list[Item]:
         """Everything queued, now being written (the caller holds the condition's lock)."""
         batch = list(self._queue)
         self._queue.clear()
         self._busy = bool(batch)
         return batch
 
-    def _write(self, batch: list[Record]) -> None:
+    def _write(self, batch: list[Item]) -> None:
         """Write a batch, one transaction per store; a failure is warned about, never raised
         (nobody is there to catch it)."""
         try:
@@ -220,8 +247,8 @@ class RecordWriter:
                         del self._owed[db]
                 self._cond.notify_all()
 
-    def _write_groups(self, batch: list[Record]) -> None:
-        groups: dict[Path, list[Record]] = {}
+    def _write_groups(self, batch: list[Item]) -> None:
+        groups: dict[Path, list[Item]] = {}
         for record in batch:
             groups.setdefault(record.destination.db, []).append(record)
         for db, records in groups.items():
@@ -237,33 +264,67 @@ class RecordWriter:
             else:
                 self.last_write = (time.perf_counter() - start, len(records))
 
-    def _store(self, records: list[Record]) -> None:
-        if "tunecache.store.direct" not in sys.modules:
+    def _store(self, items: list[Item]) -> None:
+        """Write one store's part of a batch: the records (one transaction), then the pending
+        keys noted (one more), then the records' keys cleared from the pending keys (a key
+        tuned here, or by any process, is no longer pending)."""
+        if "tunecache.store.pending" not in sys.modules:
             # The first write of a process imports the direct writer and the codec's checks
             # (~10 ms of Python): a bench starting meanwhile waits for that too (`quiet`).
             with self._heavy_path():
-                import tunecache.store.direct  # noqa: F401
-        from tunecache.store.direct import DirectStore, DirectWriteRefused
+                import tunecache.store.pending  # noqa: F401
+        from tunecache.store.pending import Pending, clear_pending, record_pending
         from tunecache.writes import NewEntry
 
-        destination = records[0].destination
-        entries = [NewEntry(r.key, r.choice, r.names, record=r.record) for r in records]
+        records = [r for r in items if isinstance(r, Record)]
+        notes = [n for n in items if isinstance(n, Note)]
+        destination = items[0].destination
+        if records:
+            entries = [NewEntry(r.key, r.choice, r.names, record=r.record) for r in records]
+            self._direct(
+                items, lambda store: store.put_many(entries), lambda c: c.put_many(entries)
+            )
+        fingerprint = destination.device.fingerprint
+        if notes:
+            rows = [
+                Pending(n.key.text, checksum(n.names), n.names, n.names[0], n.op, "triton")
+                for n in notes
+            ]
+            self._direct(items, lambda store: record_pending(store, fingerprint, rows))
+        if records:
+            tuned = [(r.key.text, checksum(r.names)) for r in records]
+            self._direct(items, lambda store: clear_pending(store, fingerprint, tuned))
+
+    def _direct(
+        self,
+        items: list[Item],
+        write: Callable[[DirectStore], object],
+        cached: Callable[[Cache], object] | None = None,
+    ) -> None:
+        """One write through the store's DirectStore; a store it refuses (none yet, another
+        schema revision) is created or upgraded through `Cache` first (or refused as
+        `Cache.open` refuses it), then written by `cached` (None: by `write` again)."""
+        from tunecache.store.direct import DirectStore, DirectWriteRefused
+
+        destination = items[0].destination
         store = self._stores.get(destination.db)
         if store is None:
             store = self._stores[destination.db] = DirectStore(destination.db, destination.device)
         try:
-            store.put_many(entries)
+            write(store)
             return
         except StoreBusyError:
             raise
         except (DirectWriteRefused, StoreError):
             pass  # the store's own way: Cache creates, upgrades or refuses as it opens
         with self._heavy_path():
-            cache = self._cache(records)
-            if cache is not None:
-                cache.put_many(entries)
+            cache = self._cache(items)
+            if cache is not None and cached is not None:
+                cached(cache)
+        if cache is not None and cached is None:
+            write(store)
 
-    def _cache(self, records: list[Record]) -> Cache | None:
+    def _cache(self, records: list[Item]) -> Cache | None:
         destination = records[0].destination
         found = self._caches.get(destination.db)
         if found is None:
@@ -292,7 +353,7 @@ class RecordWriter:
                 self._cond.notify_all()
 
 
-def _warn(records: list[Record], topic: str, what: str, error: BaseException) -> None:
+def _warn(records: list[Item], topic: str, what: str, error: BaseException) -> None:
     """Say once per kernel (its WarnOnce) that its records were not stored, and why."""
     text = str(error) if isinstance(error, TunecacheError) else f"{type(error).__name__}: {error}"
     seen: set[str] = set()
