@@ -132,6 +132,18 @@ def test_a_faster_config_with_wrong_outputs_is_recorded_wrong_and_never_chosen(
         assert "largest difference 1" in refused.error
 
 
+def test_outputs_are_checked_before_restore_value_puts_them_back(tmp_path: Path) -> None:
+    # restore_value's post-hook copies the saved arguments back right after each launch: a
+    # check made after it would compare the restored values, never what the config wrote.
+    checked = tuner(
+        CpuKernel(), [RIGHT, WRONG], check_outputs=["out"], restore_value=["out"], root=tmp_path
+    )
+    launch(checked, 64)
+    assert checked.best_config is RIGHT
+    assert math.isinf(checked.configs_timings[WRONG][0])  # refused before any timing
+    assert checked.wait_pending(timeout=60)
+
+
 def test_a_difference_within_the_tolerance_is_none(tmp_path: Path) -> None:
     # The outputs are about 7 in magnitude: 1e-5 off is within float32's default tolerance
     # (its epsilon's square root, 3.5e-4 of the largest magnitude), and not within 1e-9.

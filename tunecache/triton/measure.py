@@ -77,9 +77,11 @@ def quantiles_ms(samples: Sequence[float]) -> list[float]:
     return [at(0.5), at(0.2), at(0.8)]
 
 
-def kernel_call(kernel: Launcher, op: str, config: Any, call: Call) -> Callable[[], None]:
+def kernel_call(kernel: Launcher, op: str, config: Any, call: Call) -> Callable[..., None]:
     """One launch of `config` on these arguments, with the hooks around it (Triton's
-    `kernel_call`)."""
+    `kernel_call`). Given `between`, the launch calls it after the kernel ran and before the
+    post-hook: where the outputs are looked at, before `restore_value` puts the saved
+    arguments back."""
     conflicts = call.kwargs.keys() & config.kwargs.keys()
     if conflicts:
         raise BadArgumentError(
@@ -91,12 +93,14 @@ def kernel_call(kernel: Launcher, op: str, config: Any, call: Call) -> Callable[
     full_nargs = {**call.nargs, **current}
     own_hook = getattr(config, "pre_hook", None)
 
-    def launch() -> None:
+    def launch(between: Callable[[], None] | None = None) -> None:
         if own_hook:
             own_hook(full_nargs)
         kernel.pre_hook(full_nargs)
         try:
             kernel.fn.run(*args, **current)
+            if between is not None:
+                between()
         except Exception as error:
             kernel.post_hook(full_nargs, exception=error)
             raise
@@ -153,38 +157,48 @@ class Measurer:
         return Measurement(best, record, quantiles)
 
     def _first_launches(
-        self, calls: Mapping[str, Callable[[], None]], call: Call
+        self, calls: Mapping[str, Callable[..., None]], call: Call
     ) -> dict[str, str]:
         """One untimed launch of each config, so the bench's first timed call is a warm one
         (compiling and loading a kernel takes seconds, not microseconds): the configs that
         do not fit, and with `check_outputs` those whose outputs differ from the first
-        config's that ran, with their errors."""
+        config's that ran, with their errors. The outputs are looked at inside the launch,
+        after the kernel and before its post-hook (which `restore_value` uses to put the
+        arguments back as they were)."""
         from tunecache.evidence import error_text
 
         backend = self._backend
         checked = self._checked(call)
         values = {**call.nargs, **call.kwargs}
-        reference: dict[str, Any] | None = None
+        reference: dict[str, Any] = {}
         spent = 0.0
         errors: dict[str, str] = {}
+        wrong: list[str] = []  # the launch in hand's refusal, if its outputs differ
+
+        def look() -> None:
+            nonlocal spent
+            if backend.sync is not None:
+                backend.sync()
+            if not checked:
+                return
+            start = time.perf_counter()
+            if not reference:
+                reference.update((n, backend.clone(values[n])) for n in checked)
+            else:
+                differs = self._wrong(reference, values)
+                if differs is not None:
+                    wrong.append(differs)
+            spent += time.perf_counter() - start
+
         for name, launch in calls.items():
+            wrong.clear()
             try:
-                launch()
-                if backend.sync is not None:
-                    backend.sync()
+                launch(look)
             except backend.failures as error:
                 errors[name] = error_text(error)
                 continue
-            if not checked:
-                continue
-            start = time.perf_counter()
-            if reference is None:
-                reference = {n: backend.clone(values[n]) for n in checked}
-            else:
-                wrong = self._wrong(reference, values)
-                if wrong is not None:
-                    errors[name] = wrong
-            spent += time.perf_counter() - start
+            if wrong:
+                errors[name] = wrong[0]
         self._kernel.outputs_time = spent if checked else None
         return errors
 
