@@ -4,6 +4,8 @@ the first new key of a process and the first call of a stored key in a warm one.
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -30,12 +32,22 @@ def first_new_key(family: Any, scratch: Path, runs: int) -> dict[str, float]:
         "tunecache no check": [],
     }
     modes = list(rows)
+    # Each run's key is one shape in every mode: the two modes with a store on disk each get
+    # their own (the check-off one a copy of it, made now), or the second to run would find
+    # the key the first just stored and bench nothing.
+    store = os.environ.get("TUNECACHE_DIR")
+    unchecked_root = None
+    if store:
+        unchecked_root = Path(tempfile.mkdtemp(prefix="tc-nocheck-", dir=scratch)) / "store"
+        shutil.copytree(store, unchecked_root)
     for r in range(runs):
         shape = family.FIRST + r
         for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
             root = None
             if mode == "tunecache no store":
                 root = Path(tempfile.mkdtemp(prefix="tc-nostore-", dir=scratch))
+            elif mode == "tunecache no check":
+                root = unchecked_root or Path(tempfile.mkdtemp(prefix="tc-nocheck-", dir=scratch))
             check = mode != "tunecache no check"
             got = fresh.run("first", family.NAME, mode.split()[0], shape, root, check=check)
             rows[mode].append(got)

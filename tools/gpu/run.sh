@@ -2,6 +2,8 @@
 # Every GPU check and benchmark of tunecache.triton in one command, for the lent GPU machine:
 #
 #   bash tools/gpu/run.sh            (run with carry=[".whl"]; writes under $OUT)
+#   TUNECACHE_COMMIT=abc1234 SKIP_CHECK=1 BENCH_ARGS="--parts 1,3" bash tools/gpu/run.sh
+#                                    (the commit sent, no checks, only some parts)
 #
 # $OUT/check.txt: tools/gpu/check_triton.py's output; $OUT/bench.txt: bench_triton.py's, both
 # verbatim with a header naming the commit; $OUT/timing.txt: how long each step took. Each step
@@ -23,13 +25,17 @@ export TUNECACHE_DIR=/tmp/tc-gpu TRITON_CACHE_DIR=/tmp/tc-gpu-triton
 rm -rf "$TUNECACHE_DIR" "$TRITON_CACHE_DIR"
 # A copied tree (`git archive`, as the lent machine gets one) names its commit in COMMIT: it
 # wins over git, which would name whatever repository the copy happens to sit in.
-if [ -f COMMIT ]; then
+# The device machine's copy of the checkout may also carry an older .git than its files: there
+# the caller names the commit it sent (TUNECACHE_COMMIT).
+if [ -n "${TUNECACHE_COMMIT:-}" ]; then
+  commit=$TUNECACHE_COMMIT
+elif [ -f COMMIT ]; then
   commit=$(cat COMMIT)
 else
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")
 fi
 step "installed"
-{
+[ -n "${SKIP_CHECK:-}" ] || {
   echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/check_triton.py (tunecache at $commit; verbatim output, $(date -u +%F))"
   timeout 75 python3 tools/gpu/check_triton.py 2>&1
   echo "# exit status $?"
@@ -37,7 +43,7 @@ step "installed"
 step "check_triton.py"
 {
   echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/bench_triton.py (tunecache at $commit; verbatim output, $(date -u +%F))"
-  timeout 440 python3 tools/gpu/bench_triton.py 2>&1
+  timeout 440 python3 tools/gpu/bench_triton.py ${BENCH_ARGS:-} 2>&1
   echo "# exit status $?"
 } > "$out/bench.txt"
 step "bench_triton.py"
