@@ -7,6 +7,7 @@ hold a claim, are killed holding one, or tune beside each other, synchronised on
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import signal
 import subprocess
@@ -268,3 +269,44 @@ def test_tuners_of_a_device_take_turns_to_time_things(cache: Cache) -> None:
             assert other_process() == "busy"
         assert other_process() == "busy"
     assert other_process() == "free"
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(cache: Cache) -> None:
+    # A real fork inside held(): the child stays alive, blocked on a pipe, while the parent
+    # lets go of the lock; another process must find it free then.
+    lock = MeasureLock(cache.path)
+
+    def other_process() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", _TRY_LOCK, str(lock.path)], capture_output=True, check=True
+        )
+        return done.stdout.decode().strip()
+
+    go_read, go_write = os.pipe()
+    up_read, up_write = os.pipe()
+    pid = 0
+    try:
+        with lock.held():
+            pid = os.fork()
+            if pid == 0:  # the child: its own turn, then wait for the parent's word, and go
+                try:
+                    os.close(go_write)
+                    with lock.held():  # the child takes the lock afresh: it waits its turn
+                        os.write(up_write, b"x")
+                    os.write(up_write, b"y")
+                    os.read(go_read, 1)
+                finally:
+                    os._exit(0)
+            os.close(up_write)
+            assert other_process() == "busy"
+        said = b""
+        while len(said) < 2:  # its turn taken (after the parent's ended) and over
+            said += os.read(up_read, 2 - len(said))
+        assert said == b"xy"
+        assert other_process() == "free"  # the child runs on, holding nothing
+    finally:
+        os.write(go_write, b"g")
+        if pid:
+            os.waitpid(pid, 0)
+        for fd in (go_read, go_write, up_read):
+            os.close(fd)
