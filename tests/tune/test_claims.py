@@ -10,8 +10,6 @@ import argparse
 import os
 import platform
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ import pytest
 
 from tests import tune_models as tm
 from tests.tune.claims_child import benches, spawn, tune_at_once
-from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock
+from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock, lock_seen
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.cli.options import TUNE, add_options, option_values
@@ -243,26 +241,11 @@ def test_the_command_line_waits_as_long_as_claim_wait_says() -> None:
     assert "claim_wait" in TUNE_OPTIONS  # and evaluate passes it on to each tuning
 
 
-_TRY_LOCK = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
-try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-except BlockingIOError:
-    print("busy")
-else:
-    print("free")
-"""
-
-
 def test_tuners_of_a_device_take_turns_to_time_things(cache: Cache) -> None:
     lock = MeasureLock(cache.path)
 
     def other_process() -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", _TRY_LOCK, str(lock.path)], capture_output=True, check=True
-        )
-        return done.stdout.decode().strip()
+        return lock_seen(lock.path)
 
     with lock.held():
         with lock.held():  # re-entrant: a trial inside a held block takes no second turn
@@ -277,10 +260,7 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(cache: Cache) 
     lock = MeasureLock(cache.path)
 
     def other_process() -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", _TRY_LOCK, str(lock.path)], capture_output=True, check=True
-        )
-        return done.stdout.decode().strip()
+        return lock_seen(lock.path)
 
     go_read, go_write = os.pipe()
     up_read, up_write = os.pipe()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import tunecache
+from tests.tune.support import lock_seen
 from tunecache import cli, tune
 from tunecache.cache import Cache
 from tunecache.cli.exits import EXIT_USER_CODE
@@ -299,3 +300,22 @@ def test_a_model_decision_made_during_the_bench_is_not_overwritten(
     assert "decided the key during the bench (accepted)" in outcome.note
     entry = cache.get(key, candidates=left.candidates)
     assert entry is not None and (entry.status, entry.choice) == ("accepted", "left")
+
+
+def test_an_op_bench_takes_its_measurement_turn(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunecache.tune.measuring import MeasureLock
+
+    ops_module = importlib.import_module("tunecache.tune.ops")
+    real = ops_module.bench_candidates
+    seen: list[str] = []
+
+    def looking(*args: Any, **kwargs: Any) -> Any:
+        # Another process of this host looks at the device's measure lock during the bench.
+        seen.append(lock_seen(MeasureLock(cache.path).path))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops_module, "bench_candidates", looking)
+    tune.ops(left, [THIN], cache=cache)
+    assert seen == ["busy"]

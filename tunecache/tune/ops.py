@@ -264,6 +264,7 @@ def _claimed_key(
     """Bench one key of the op (or reuse its stored evidence) and write the entry, unless a
     model decided the key meanwhile (the look is in the write's own transaction)."""
     from tunecache.dispatch import Captured
+    from tunecache.tune.measuring import MeasureLock
     from tunecache.tune.profiling import Heavy
 
     cache, options, run_id = turn.cache, turn.options, turn.run_id
@@ -291,9 +292,10 @@ def _claimed_key(
                 **said,
             )
     heavy = Heavy(key, op, Captured(op, *call), {}, 1.0)
-    result = bench_candidates(
-        op, key, bound_calls(heavy), previous, options.key_budget, options.bench_options
-    )
+    with MeasureLock(cache.path).held():  # no other tuner of the device times anything meanwhile
+        result = bench_candidates(
+            op, key, bound_calls(heavy), previous, options.key_budget, options.bench_options
+        )
     record = result.record
     if why is not None:
         record = doubt.with_settings(record, rebench=count + 1, rebenched_for=why)
