@@ -122,6 +122,8 @@ def test_a_bad_ttl_is_refused(cache: Cache) -> None:
             Claims(cache, ttl=ttl)  # type: ignore[arg-type]
     with pytest.raises(BadArgumentError, match="claim_ttl"):
         tune.tune(tm.ENCODER, cache=cache, claim_ttl=0)
+    with pytest.raises(BadArgumentError, match="claim_wait is a number of seconds"):
+        tune.tune(tm.ENCODER, cache=cache, claim_wait=None)  # type: ignore[arg-type]
     assert cache.count() == 0
 
 
