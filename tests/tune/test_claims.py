@@ -41,7 +41,7 @@ def _always_alive(holder: Holder) -> bool:
 
 def _claims(cache: Cache, clock: Clock, host: str, ttl: float = 30.0) -> Claims:
     """A holder on `host` whose processes are never seen (as from another host)."""
-    return Claims(cache, ttl=ttl, clock=clock, host=host, alive=_always_alive)
+    return Claims(cache, ttl=ttl, clock=clock, timer=clock, host=host, alive=_always_alive)
 
 
 @pytest.fixture

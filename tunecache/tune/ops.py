@@ -38,7 +38,7 @@ from tunecache.errors import BadArgumentError, TunecacheError
 from tunecache.evidence import TOO_SLOW, WRONG
 from tunecache.keys import Key
 from tunecache.tune import doubt
-from tunecache.tune.claims import Claims, Holder
+from tunecache.tune.claims import ClaimLost, Claims, Holder
 from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
 from tunecache.tune.records import bench_candidates, bound_calls, refused_in
@@ -355,10 +355,10 @@ def _put_undecided(turn: _Turn, entry: NewEntry) -> int | _Unwritten:
 
     key = as_key(entry.key)
     heuristic = entry.heuristic or entry.choice
-    other = turn.claims.holder(key.text)
-    if other is not None:
-        note = f"this claim lapsed during the bench and {other.named} claims the key now"
-        return _Unwritten("skipped", heuristic, note + ": left to it, nothing written")
+    try:
+        turn.claims.confirm(key.text)
+    except ClaimLost as lost:
+        return _Unwritten("skipped", heuristic, f"{lost}: left to it, nothing written")
     now = utcnow()
     write = entry_write(entry, now)
     with turn.cache.transaction(write=True) as tx:
