@@ -319,3 +319,35 @@ def test_an_op_bench_takes_its_measurement_turn(
     monkeypatch.setattr(ops_module, "bench_candidates", looking)
     tune.ops(left, [THIN], cache=cache)
     assert seen == ["busy"]
+
+
+def test_a_candidate_that_raises_is_said_in_its_shapes_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "raising_op.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import tunecache
+
+            @tunecache.tunable("opsraise_I64", dims=("n",), shape=lambda n: (n,))
+            def op(n):
+                return n
+
+            @op.inputs
+            def _(n):
+                return (n,)
+
+            @op.candidate("b")
+            def _(n):
+                return 1 / 0
+            """
+        )
+    )
+    db = tmp_path / "raise.db"
+    code = cli.main(["tune-op", f"{script}:op", "--shape", "n=5", "--db", str(db), "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["keys"]
+    assert code == 0 and row["action"] == "benched" and row["choice"] == "op"
+    assert "b raised ZeroDivisionError" in row["note"]
+    code = cli.main(["tune-op", f"{script}:op", "--shape", "n=5", "--db", str(db), "--retune"])
+    assert code == 0 and "b raised ZeroDivisionError" in capsys.readouterr().out

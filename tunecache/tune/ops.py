@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache.errors import BadArgumentError, TunecacheError
-from tunecache.evidence import TOO_SLOW, WRONG
+from tunecache.evidence import TOO_SLOW, WRONG, refusal
 from tunecache.keys import Key
 from tunecache.tune import doubt
 from tunecache.tune.claims import ClaimLost, Claims, Holder
@@ -329,10 +329,17 @@ def _claimed_key(
         entry_id=entry,
         bench_stopped=result.stopped,
         doubt="" if why is None else f"benched again: {why}",
-        note="" if result.complete else "the key's budget ended its bench",
+        note=_raised(result.errors, "" if result.complete else "the key's budget ended its bench"),
         **refusals,
         **said,
     )
+
+
+def _raised(errors: Mapping[str, str], note: str) -> str:
+    """An outcome's note, with what each candidate that raised said (refusals have columns of
+    their own: `wrong`, `too_slow`)."""
+    raised = [f"{name} raised {text}" for name, text in errors.items() if refusal(text) is None]
+    return "; ".join([*([note] if note else []), *raised])
 
 
 class _Unwritten(NamedTuple):
