@@ -343,3 +343,23 @@ def test_a_file_that_is_no_serving_cache_notes_no_miss(cache: Cache) -> None:
     with misses.record_misses(interval=3600) as recorder, tunecache.using(table):
         matmul(*_inputs(3, 5, 7))
     assert recorder.recorded == 0 and pending_keys(cache.path) == []
+
+
+def test_two_pending_runs_at_once_bench_each_key_once(cache: Cache) -> None:
+    from tests.tune.claims_child import DEVICE as CHILD_DEVICE
+    from tests.tune.claims_child import tune_at_once
+
+    assert cache.device == CHILD_DEVICE
+    with misses.record_misses(interval=3600), tunecache.using(_table(cache)):
+        matmul(*_inputs(3, 5, 7))
+        matmul(*_inputs(4, 6, 8))
+    reports = tune_at_once(str(cache.path), "pending")
+    actions: dict[str, list[str]] = {}
+    for report in reports:
+        for outcome in report["keys"]:
+            actions.setdefault(outcome["key"], []).append(outcome["action"])
+    assert sorted(actions) == ["missmm_m3_k5_n7", "missmm_m4_k6_n8"]
+    for key, done in actions.items():
+        # Benched by one run; the other found its entry (or no pending key left to read).
+        assert done.count("benched") == 1 and set(done) <= {"benched", "kept"}, (key, done)
+    assert pending_keys(cache.path) == []
