@@ -160,9 +160,9 @@ def write_undecided(
     """Write `entry` as `write_entries` would, only where no model decided its key and list
     yet: no entry there, or an unvalidated one no model has a verdict on; None, writing
     nothing, where one did. Inside the caller's write transaction, so nothing decides the key
-    between the look and the write."""
+    between the look and the write (on PostgreSQL the entry's row is locked for it)."""
     where = queries.EntryFilter(key=entry.key.text, checksum=entry.checksum)
-    for found in queries.entries(conn, device, where):
+    for found in queries.entries(conn, device, where, lock=True):
         if found.status != "unvalidated" or queries.verdicts(conn, device, entry_id=found.id):
             return None
     (written,) = write_entries(conn, device, [entry], now=now)
