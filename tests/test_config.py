@@ -120,6 +120,19 @@ def test_configure_keeps_what_it_is_not_told_and_returns_what_it_replaced(
     assert not config.is_configured()
 
 
+def test_a_root_alone_says_where_not_who(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in config.FIELDS:
+        monkeypatch.delenv(config.ENV_VARS[name], raising=False)
+    monkeypatch.setenv(config.ENV_VARS["root"], str(tmp_path / "env"))
+    assert not config.is_configured()
+    monkeypatch.delenv(config.ENV_VARS["root"])
+    tunecache.configure(root=tmp_path / "r")
+    assert not config.is_configured()  # as TUNECACHE_DIR alone: where, not who
+    tunecache.configure(threads=2)
+    assert config.is_configured()
+    config.reset()
+
+
 def test_open_table_open_and_detect_read_the_configuration(tmp_path: Path) -> None:
     tunecache.configure(client="myrt", client_version="1.4", threads=3, root=tmp_path / "cfg")
     expected = tmp_path / "cfg" / "tune" / "1.4"

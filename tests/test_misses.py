@@ -198,7 +198,8 @@ def test_a_process_option_writes_at_exit_and_tune_pending_benches_and_serves_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "served.db"
-    script, out = _child(tmp_path, db, "exit")  # no cache there yet: made by the writer
+    Cache.open(path=db, client="missclient", client_version="1", threads=1).close()
+    script, out = _child(tmp_path, db, "exit")
     assert out.strip() == "served"
     (row,) = pending_keys(db)
     assert row.key == "childmm_m64_k32_n16" and row.op == f"{script}:matmul"
@@ -313,3 +314,52 @@ def test_revision_0007_makes_the_pending_table_and_takes_it_back(
         ]  # fmt: skip
     finally:
         engine.dispose()
+
+
+def test_the_recorder_never_creates_nor_upgrades_a_cache_file(cache: Cache, tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    key = matmul.key(*_inputs(3, 5, 7))
+    gone = tmp_path / "mirror" / "cache.db"  # a fleet session's mirror, removed when it ended
+    older = cache.path
+    with sqlite3.connect(older) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0004'")
+    recorder = misses.Recorder(interval=3600)
+    Cache.open(path=gone, device=cache.device).close()
+    shutil.rmtree(gone.parent)
+    for path in (gone, older):
+        recorder.note(path, cache.device.fingerprint, key, matmul.candidates, "matmul")
+    recorder.close()
+    assert not gone.parent.exists()  # nothing made again
+    with sqlite3.connect(older) as conn:  # nothing upgraded from the serving process
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0004",)
+    assert recorder.written == 0 and recorder.dropped == 2 and recorder.error is None
+
+
+def test_a_file_that_is_no_serving_cache_notes_no_miss(cache: Cache) -> None:
+    table = _table(cache)
+    misses.never_record(cache.path)
+    with misses.record_misses(interval=3600) as recorder, tunecache.using(table):
+        matmul(*_inputs(3, 5, 7))
+    assert recorder.recorded == 0 and pending_keys(cache.path) == []
+
+
+def test_two_pending_runs_at_once_bench_each_key_once(cache: Cache) -> None:
+    from tests.tune.claims_child import DEVICE as CHILD_DEVICE
+    from tests.tune.claims_child import tune_at_once
+
+    assert cache.device == CHILD_DEVICE
+    with misses.record_misses(interval=3600), tunecache.using(_table(cache)):
+        matmul(*_inputs(3, 5, 7))
+        matmul(*_inputs(4, 6, 8))
+    reports = tune_at_once(str(cache.path), "pending")
+    actions: dict[str, list[str]] = {}
+    for report in reports:
+        for outcome in report["keys"]:
+            actions.setdefault(outcome["key"], []).append(outcome["action"])
+    assert sorted(actions) == ["missmm_m3_k5_n7", "missmm_m4_k6_n8"]
+    for key, done in actions.items():
+        # Benched by one run; the other found its entry (or no pending key left to read).
+        assert done.count("benched") == 1 and set(done) <= {"benched", "kept"}, (key, done)
+    assert pending_keys(cache.path) == []

@@ -82,6 +82,31 @@ def test_before_a_blas_loads_the_environment_says_what_its_pool_will_run() -> No
     assert done.stdout.splitlines() == ["1 OPENBLAS_NUM_THREADS", "1 the BLAS pools"]
 
 
+def test_a_setting_numpys_openblas_ignores_predicts_nothing() -> None:
+    # MKL_NUM_THREADS and BLIS_NUM_THREADS: numpy's OpenBLAS runs as many threads as it would
+    # without them, and `where` must name that folder too.
+    probe = (
+        "import tunecache\n"
+        "from tunecache import identity\n"
+        "print(tunecache.detect().threads, identity.settle()[2])\n"
+        "import numpy\n"
+        "print(tunecache.detect().threads)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in pools.SETTINGS}
+    for var in ("MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env={**env, var: "1"},
+        )
+        before, after = done.stdout.splitlines()
+        assert before.split(" ", 1)[1] == "usable CPUs", var
+        assert before.split()[0] == after, var  # one folder, before numpy and after
+
+
 def test_a_setting_above_the_cpus_runs_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     _plant(monkeypatch, [])
     for var in pools.SETTINGS:

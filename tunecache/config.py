@@ -116,7 +116,8 @@ def configure(
 
     A field left out keeps its value; None clears it (the environment or the default then
     stands). An explicit argument to a function still wins over what is configured here. A
-    client other than tunecache needs its `client_version` configured with it.
+    client other than tunecache needs its `client_version` configured with it. A `root` alone
+    says where caches live, not whose: it configures no identity (`is_configured`).
     """
     given = {"client": client, "client_version": client_version, "threads": threads, "root": root}
     changes = {
@@ -187,9 +188,10 @@ def _pick(name: str, given: object) -> tuple[object, int]:
 
 
 def is_configured() -> bool:
-    """Whether an identity is configured: by `configure()`, or by TUNECACHE_CLIENT,
-    TUNECACHE_CLIENT_VERSION or TUNECACHE_THREADS (TUNECACHE_DIR alone says where, not who)."""
-    if _configured:
+    """Whether an identity is configured: its client, version or threads, by `configure()` or
+    by TUNECACHE_CLIENT, TUNECACHE_CLIENT_VERSION or TUNECACHE_THREADS. The root says where,
+    not who: `configure(root=)` alone counts no more than TUNECACHE_DIR alone does."""
+    if any(name != "root" for name in _configured):
         return True
     return any(os.environ.get(ENV_VARS[n], "").strip() for n in FIELDS if n != "root")
 

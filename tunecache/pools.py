@@ -49,15 +49,11 @@ POOL_LIBRARIES = (
     b"armpl",
 )
 #: the environment variables that set a BLAS pool's size before it is loaded, the first one set
-#: winning (OpenBLAS, which numpy's wheels load, reads the first two before OMP_NUM_THREADS);
-#: a pool never runs more threads than the CPUs it may use
-SETTINGS = (
-    "OPENBLAS_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "OMP_NUM_THREADS",
-)
+#: winning: those the OpenBLAS numpy's wheels load obeys (the first two before
+#: OMP_NUM_THREADS). MKL_NUM_THREADS and BLIS_NUM_THREADS are not among them: numpy's OpenBLAS
+#: ignores them, so a prediction from them would name another folder than a numpy program
+#: uses. A pool never runs more threads than the CPUs it may use
+SETTINGS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 # Where no /proc/self/maps is: the modules whose import loads a BLAS.
 _POOL_MODULES = ("numpy", "scipy", "torch", "sklearn")
 # The pools already warned about, as their descriptions: once each per process.

@@ -2,7 +2,7 @@
 how far each remote has been synced (`tunecache.store.changes` says how they are used).
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-01
 
 New tables only, no table or view of an earlier revision changes:

@@ -1,7 +1,7 @@
 """Pending keys: what a runtime asked for and found no entry for, kept until they are tuned.
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-12-01
 
 `tunecache.record_misses()` (or TUNECACHE_RECORD_MISSES=1) records, in a process that serves

@@ -182,3 +182,17 @@ def test_giving_the_default_back_gives_it_back_to_the_configuration(
         assert current() is mine
     finally:
         set_default(previous)
+
+
+def test_a_configuration_changed_under_set_default_is_followed_once_given_back(
+    _isolated_cache_root: Path,
+) -> None:
+    db = _tuned(_isolated_cache_root)
+    op = _op()
+    op(8)  # decided: nothing is configured, the empty table
+    previous = set_default(Table.empty())
+    tunecache.configure(**IDENTITY)  # type: ignore[arg-type]  # while the override stands
+    set_default(previous)
+    op(8)
+    assert ran == ["slow", "fast"]  # the new identity's table, not the one decided before
+    assert contexts.default_table.path == db

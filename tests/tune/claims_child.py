@@ -3,13 +3,15 @@ tests/fleet/test_claims.py).
 
     python -m tests.tune.claims_child hold STORE KEY [--host HOST] [--ttl SECONDS]
     python -m tests.tune.claims_child tune STORE
+    python -m tests.tune.claims_child pending STORE
 
 STORE is a cache file's path, or a fleet store's URL. `hold` claims KEY for the test device,
 says `claimed PID`, and waits for a line on stdin: `release` lets go of the claim (and says
 `released`); anything else, or the parent's SIGKILL, leaves it. `tune` says `ready`, waits for
 a line on stdin (`go`), tunes tests.tune_models' encoder (every key, share 0) and prints its
-report as JSON. This process's CPU waits are unknown, as the test process's are (conftest),
-so no bench is doubted for how busy the machine is.
+report as JSON; `pending` does the same around `tune.pending` (the device's pending keys, no
+stored record benched again). This process's CPU waits are unknown, as the test process's
+are (conftest), so no bench is doubted for how busy the machine is.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _open(store: str) -> Cache:
 def main() -> None:
     """Hold a claim, or tune, as the arguments say."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=("hold", "tune"))
+    parser.add_argument("what", choices=("hold", "tune", "pending"))
     parser.add_argument("store")
     parser.add_argument("key", nargs="?")
     parser.add_argument("--host")
@@ -65,6 +67,9 @@ def main() -> None:
         return
     print("ready", flush=True)
     sys.stdin.readline()
+    if args.what == "pending":
+        print(json.dumps(tune.pending(cache=cache, rebench=0).as_dict()), flush=True)
+        return
     report = tune.tune(tm.ENCODER, cache=cache, share=0.0)
     print(json.dumps(report.as_dict()), flush=True)
 
@@ -103,9 +108,10 @@ def spawn(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], Lines]]:
                 stream.close()
 
 
-def tune_at_once(store: str) -> list[dict[str, Any]]:
-    """Two `tune` children on STORE, started together once both are ready: their reports."""
-    with spawn("tune", store) as (a, a_out), spawn("tune", store) as (b, b_out):
+def tune_at_once(store: str, what: str = "tune") -> list[dict[str, Any]]:
+    """Two `tune` (or `pending`) children on STORE, started together once both are ready:
+    their reports."""
+    with spawn(what, store) as (a, a_out), spawn(what, store) as (b, b_out):
         assert a_out.readline().strip() == b_out.readline().strip() == "ready"
         for child in (a, b):
             assert child.stdin is not None

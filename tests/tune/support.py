@@ -12,8 +12,11 @@ speed.
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import tunecache
@@ -174,3 +177,23 @@ def matrix_op(
         register=False,
         **more,
     )
+
+
+_TRY_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print("busy")
+else:
+    print("free")
+"""
+
+
+def lock_seen(path: Path) -> str:
+    """How another process of this host finds the flock at `path`: "busy" or "free"."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TRY_LOCK, str(path)], capture_output=True, check=True
+    )
+    return done.stdout.decode().strip()

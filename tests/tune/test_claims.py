@@ -7,10 +7,9 @@ hold a claim, are killed holding one, or tune beside each other, synchronised on
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from tests import tune_models as tm
 from tests.tune.claims_child import benches, spawn, tune_at_once
-from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock
+from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock, lock_seen
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.cli.options import TUNE, add_options, option_values
@@ -42,7 +41,7 @@ def _always_alive(holder: Holder) -> bool:
 
 def _claims(cache: Cache, clock: Clock, host: str, ttl: float = 30.0) -> Claims:
     """A holder on `host` whose processes are never seen (as from another host)."""
-    return Claims(cache, ttl=ttl, clock=clock, host=host, alive=_always_alive)
+    return Claims(cache, ttl=ttl, clock=clock, timer=clock, host=host, alive=_always_alive)
 
 
 @pytest.fixture
@@ -123,6 +122,8 @@ def test_a_bad_ttl_is_refused(cache: Cache) -> None:
             Claims(cache, ttl=ttl)  # type: ignore[arg-type]
     with pytest.raises(BadArgumentError, match="claim_ttl"):
         tune.tune(tm.ENCODER, cache=cache, claim_ttl=0)
+    with pytest.raises(BadArgumentError, match="claim_wait is a number of seconds"):
+        tune.tune(tm.ENCODER, cache=cache, claim_wait=None)  # type: ignore[arg-type]
     assert cache.count() == 0
 
 
@@ -242,29 +243,52 @@ def test_the_command_line_waits_as_long_as_claim_wait_says() -> None:
     assert "claim_wait" in TUNE_OPTIONS  # and evaluate passes it on to each tuning
 
 
-_TRY_LOCK = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
-try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-except BlockingIOError:
-    print("busy")
-else:
-    print("free")
-"""
-
-
 def test_tuners_of_a_device_take_turns_to_time_things(cache: Cache) -> None:
     lock = MeasureLock(cache.path)
 
     def other_process() -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", _TRY_LOCK, str(lock.path)], capture_output=True, check=True
-        )
-        return done.stdout.decode().strip()
+        return lock_seen(lock.path)
 
     with lock.held():
         with lock.held():  # re-entrant: a trial inside a held block takes no second turn
             assert other_process() == "busy"
         assert other_process() == "busy"
     assert other_process() == "free"
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(cache: Cache) -> None:
+    # A real fork inside held(): the child stays alive, blocked on a pipe, while the parent
+    # lets go of the lock; another process must find it free then.
+    lock = MeasureLock(cache.path)
+
+    def other_process() -> str:
+        return lock_seen(lock.path)
+
+    go_read, go_write = os.pipe()
+    up_read, up_write = os.pipe()
+    pid = 0
+    try:
+        with lock.held():
+            pid = os.fork()
+            if pid == 0:  # the child: its own turn, then wait for the parent's word, and go
+                try:
+                    os.close(go_write)
+                    with lock.held():  # the child takes the lock afresh: it waits its turn
+                        os.write(up_write, b"x")
+                    os.write(up_write, b"y")
+                    os.read(go_read, 1)
+                finally:
+                    os._exit(0)
+            os.close(up_write)
+            assert other_process() == "busy"
+        said = b""
+        while len(said) < 2:  # its turn taken (after the parent's ended) and over
+            said += os.read(up_read, 2 - len(said))
+        assert said == b"xy"
+        assert other_process() == "free"  # the child runs on, holding nothing
+    finally:
+        os.write(go_write, b"g")
+        if pid:
+            os.waitpid(pid, 0)
+        for fd in (go_read, go_write, up_read):
+            os.close(fd)

@@ -6,15 +6,19 @@ line, with the op's own exceptions reported as the user's (exit 9).
 
 from __future__ import annotations
 
+import importlib
 import json
+import platform
 import sqlite3
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import tunecache
+from tests.tune.support import lock_seen
 from tunecache import cli, tune
 from tunecache.cache import Cache
 from tunecache.cli.exits import EXIT_USER_CODE
@@ -241,3 +245,109 @@ def test_cli_tune_op_reports_the_ops_own_exception_as_the_users(
     )  # fmt: skip
     assert code == EXIT_USER_CODE
     assert "ValueError: thirteen is unlucky" in err and "my_ops.py" in err
+
+
+def test_a_key_another_tuner_claims_is_waited_for_and_what_it_wrote_kept(
+    cache: Cache, cache_at: Any
+) -> None:
+    # The other tuner is a real process holding the key's claim (tests/tune/claims_child.py);
+    # what it "writes" is a model's accepted entry, put while this session waits for it.
+    from tests.tune.claims_child import spawn
+
+    key = _key()
+    before = dict(CALLS)
+    with spawn("hold", str(cache.path), key.text) as (child, out):
+        assert out.readline().startswith("claimed")
+        told: list[str] = []
+
+        def progress(what: str, done: int, total: int) -> None:
+            if what.startswith("waiting for"):
+                told.append(what)
+                other = cache_at(cache.path)
+                other.put(key, choice="left", candidates=left.candidates, status="accepted")
+                assert child.stdin is not None
+                child.stdin.write(b"release\n")
+                child.stdin.flush()
+                assert out.readline().strip() == "released"
+
+        report = tune.ops(left, [THIN], cache=cache, progress=progress)
+    assert told == [f"waiting for a key claimed by {platform.node()} pid {child.pid}"]
+    (outcome,) = report.keys
+    assert (outcome.action, outcome.choice) == ("known", "left")
+    assert before == CALLS  # nothing benched: the holder decided the key
+    entry = cache.get(key, candidates=left.candidates)
+    assert entry is not None and entry.status == "accepted"
+
+
+def test_a_model_decision_made_during_the_bench_is_not_overwritten(
+    cache: Cache, cache_at: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The module, not the function `tunecache.tune.ops` that the package names so.
+    ops_module = importlib.import_module("tunecache.tune.ops")
+    real = ops_module.bench_candidates
+    key = _key()
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        # A model's session (no claim: validation takes none) accepts the key meanwhile.
+        other = cache_at(cache.path)
+        other.put(key, choice="left", candidates=left.candidates, status="accepted")
+        return result
+
+    monkeypatch.setattr(ops_module, "bench_candidates", racing)
+    (outcome,) = tune.ops(left, [THIN], cache=cache).keys
+    assert (outcome.action, outcome.choice) == ("known", "left")
+    assert "decided the key during the bench (accepted)" in outcome.note
+    entry = cache.get(key, candidates=left.candidates)
+    assert entry is not None and (entry.status, entry.choice) == ("accepted", "left")
+
+
+def test_an_op_bench_takes_its_measurement_turn(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tunecache.tune.measuring import MeasureLock
+
+    ops_module = importlib.import_module("tunecache.tune.ops")
+    real = ops_module.bench_candidates
+    seen: list[str] = []
+
+    def looking(*args: Any, **kwargs: Any) -> Any:
+        # Another process of this host looks at the device's measure lock during the bench.
+        seen.append(lock_seen(MeasureLock(cache.path).path))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops_module, "bench_candidates", looking)
+    tune.ops(left, [THIN], cache=cache)
+    assert seen == ["busy"]
+
+
+def test_a_candidate_that_raises_is_said_in_its_shapes_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "raising_op.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import tunecache
+
+            @tunecache.tunable("opsraise_I64", dims=("n",), shape=lambda n: (n,))
+            def op(n):
+                return n
+
+            @op.inputs
+            def _(n):
+                return (n,)
+
+            @op.candidate("b")
+            def _(n):
+                return 1 / 0
+            """
+        )
+    )
+    db = tmp_path / "raise.db"
+    code = cli.main(["tune-op", f"{script}:op", "--shape", "n=5", "--db", str(db), "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["keys"]
+    assert code == 0 and row["action"] == "benched" and row["choice"] == "op"
+    assert "b raised ZeroDivisionError" in row["note"]
+    code = cli.main(["tune-op", f"{script}:op", "--shape", "n=5", "--db", str(db), "--retune"])
+    assert code == 0 and "b raised ZeroDivisionError" in capsys.readouterr().out

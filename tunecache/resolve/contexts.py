@@ -52,6 +52,9 @@ context_table: ContextVar[Table | None] = ContextVar("tunecache_table", default=
 # The table settle() decided on (None: none yet): while it is the default, a configure()
 # makes the default undecided again, as set_default's own choice never is.
 _settled: Table | None = None
+# The table settle() decided for a configuration that changed while set_default's table was
+# the default: given back by set_default(previous), it is decided anew, not served.
+_stale: Table | None = None
 _lock = allocate_lock()
 
 
@@ -116,11 +119,17 @@ def set_default(table: Table | None) -> Table:
     global default_table
     if table is not None and not isinstance(table, Table):
         raise BadArgumentError(f"set_default takes a Table, got {type(table).__name__}")
+    global pending, _stale
     with _lock:
         previous = default_table
         # Given back what settle() or the placeholder was (set_default(previous)), the default
         # is again the configuration's to decide.
-        default_table = _EMPTY if table is None else table
+        if table is not None and table is _stale:
+            # settle() decided it for a configuration changed since: decided anew on need.
+            pending, _stale = Table.empty(), None
+            default_table = pending
+        else:
+            default_table = _EMPTY if table is None else table
         hot.refresh()
     return previous
 
@@ -155,10 +164,13 @@ def settle() -> Table:
 
 def forget_default() -> None:
     """Make the default table undecided again, where `settle` decided it (or nothing has yet):
-    the next need decides anew. A table `set_default` named stays."""
-    global default_table, pending, _settled
+    the next need decides anew. A table `set_default` named stays; the one `settle` decided
+    before it is stale then, and given back (`set_default(previous)`) is decided anew."""
+    global default_table, pending, _settled, _stale
     with _lock:
         if default_table is not pending and default_table is not _settled:
+            if _settled is not None:
+                _stale, _settled = _settled, None
             return
         pending = Table.empty()
         default_table, _settled = pending, None

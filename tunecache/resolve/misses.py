@@ -18,10 +18,17 @@ answered from the heuristic or from a borrowed neighbour (`MISSED`): no entry of
 - **Bounded.** A recorder takes at most `cap` distinct keys (default CAP); a sighting of a key
   beyond them is dropped and counted (`Recorder.dropped`), and the store keeps at most
   `tunecache.store.pending.MAX_PENDING` keys per device.
-- **No SQLAlchemy while serving.** The rows go through stdlib sqlite3
-  (`tunecache.store.pending`, imported by the writer's first batch); a file that writer refuses
-  (no cache there yet, an older schema) is created or upgraded through `Cache` by the writer
-  thread, once.
+- **No SQLAlchemy while serving, and no schema change.** The rows go through stdlib sqlite3
+  (`tunecache.store.pending`, imported by the writer's first batch). A file that writer refuses
+  (no cache there, or not any more; an older schema) is never created or upgraded from a
+  serving process: its keys are dropped, and counted (`Recorder.dropped`). Open the cache once
+  with `tunecache.open` (which creates or upgrades it) to record into it. A fleet tuning
+  session's temporary mirror (`never_record`) notes nothing.
+- **Keys asked before the recorder started.** A table remembers its answers: a key a table
+  answered before the recorder started is a hit from then on and is not noted by that table
+  (a table opened after the start notes it on its first asking). Start recording before the
+  tables are opened (TUNECACHE_RECORD_MISSES=1 records from the first one); forgetting the
+  memos at the start would cost every hit a check, which the hit path does not pay.
 - **The op.** Each key is written with the op's importable name (MODULE:ATTR, or FILE.py:ATTR
   for a script), found among the tunable ops of the process (`tunecache.dispatch.registry`)
   by its signature and candidate list when the batch is written, so `tune --pending` can bench
@@ -57,6 +64,7 @@ __all__ = [
     "Recorder",
     "keep",
     "noted",
+    "never_record",
     "op_name",
     "record_misses",
 ]
@@ -72,6 +80,14 @@ ENV = "TUNECACHE_RECORD_MISSES"
 
 #: the recorder in force, or None; read only where a question found no entry
 recorder: Recorder | None = None
+#: the cache files whose tables note no miss (`never_record`)
+_unrecorded: set[str] = set()
+
+
+def never_record(path: Path) -> None:
+    """Note no miss of the tables that read the cache file at `path`: a file that is not the
+    process's cache (a fleet tuning session's temporary mirror, removed when it ends)."""
+    _unrecorded.add(str(path))
 
 
 def noted(
@@ -81,6 +97,8 @@ def noted(
     a cache file (an in-memory table has nowhere to keep it)."""
     found = recorder
     if found is not None and reader is not None and answer.source in MISSED:
+        if _unrecorded and str(reader.path) in _unrecorded:
+            return
         found.note(reader.path, reader.device, key, names, heuristic, answer.source)
 
 
@@ -311,18 +329,16 @@ def _by_file(
 
 
 def _store_rows(store: DirectStore, items: dict[str, list[Pending]]) -> tuple[int, int]:
-    """Write each device's pending keys; a file the direct writer refuses is created or
-    upgraded through `Cache` first (what `Cache.open` does), then written the same way."""
+    """Write each device's pending keys: (written, dropped). A file the direct writer refuses
+    (absent, removed, not at the current schema) is never created or upgraded from here: its
+    keys are all dropped."""
     from tunecache.store.direct import DirectWriteRefused
     from tunecache.store.pending import record_pending
 
     try:
         done = [record_pending(store, device, rows) for device, rows in items.items()]
     except DirectWriteRefused:
-        from tunecache.cache import Cache
-
-        Cache.open(path=store.path, busy_timeout=store.busy_timeout).close()
-        done = [record_pending(store, device, rows) for device, rows in items.items()]
+        return 0, sum(len(rows) for rows in items.values())
     return sum(w for w, _ in done), sum(d for _, d in done)
 
 
@@ -364,7 +380,10 @@ class record_misses:
 
     `cap` bounds the distinct keys taken, `interval` the seconds between the writer's batches.
     Leaving the block writes what is left before it returns; a process started with
-    TUNECACHE_RECORD_MISSES=1 records from its first table on, and writes at exit.
+    TUNECACHE_RECORD_MISSES=1 records from its first table on, and writes at exit. A key a
+    table answered before recording started is a hit of that table's memo, and not recorded;
+    a cache file that is missing or at an older schema is never created or upgraded: its keys
+    are dropped (`Recorder.dropped`).
     """
 
     def __init__(self, *, cap: int = CAP, interval: float = INTERVAL) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "insert_records",
     "record_row",
     "write_entries",
+    "write_undecided",
 ]
 
 
@@ -151,6 +152,21 @@ def write_entries(
     _write_records(conn, list(slots.values()))
     _write_verdicts(conn, list(slots.values()), now)
     return [Written(slots[at].entry_id, slots[at].created) for at in places]
+
+
+def write_undecided(
+    conn: Connection, device: int, entry: EntryWrite, *, now: datetime | None = None
+) -> Written | None:
+    """Write `entry` as `write_entries` would, only where no model decided its key and list
+    yet: no entry there, or an unvalidated one no model has a verdict on; None, writing
+    nothing, where one did. Inside the caller's write transaction, so nothing decides the key
+    between the look and the write (on PostgreSQL the entry's row is locked for it)."""
+    where = queries.EntryFilter(key=entry.key.text, checksum=entry.checksum)
+    for found in queries.entries(conn, device, where, lock=True):
+        if found.status != "unvalidated" or queries.verdicts(conn, device, entry_id=found.id):
+            return None
+    (written,) = write_entries(conn, device, [entry], now=now)
+    return written
 
 
 def _find(

@@ -188,13 +188,18 @@ def entries(
     order: Literal["recent", "key"] = "recent",
     limit: int | None = None,
     records: bool = False,
+    lock: bool = False,
 ) -> list[StoredEntry]:
     """A device's entries with their keys and candidate sets, those `where` selects.
 
     `order` is "recent" (last updated first) or "key" (key text, then checksum). `records` adds
-    each entry's timing-record bytes and sample count.
+    each entry's timing-record bytes and sample count. `lock` (in a write transaction) locks
+    the entry rows found until it ends, where the database locks rows (PostgreSQL's FOR
+    UPDATE; a SQLite writer holds the whole file already).
     """
     query = entry_select(records=records).where(*where.clauses(device))
+    if lock:
+        query = query.with_for_update(of=_E)
     if order == "recent":
         query = query.order_by(_E.c.updated_at.desc(), _E.c.id.desc())
     else:

@@ -6,7 +6,14 @@ deadline), and reads what the holder wrote. A claim expires `ttl` seconds after 
 last renewed; a live holder renews its claims from a thread of its own (`Claims.renewing`), so
 a claim outlives a long bench, and a killed holder's claim expires. On one host a claim whose
 process is gone is taken over at once (`pid_alive`); on another host only its expiry counts,
-so hosts' clocks must agree to well within `ttl`.
+so hosts' clocks must agree to well within `ttl`. A wait's deadline is measured on a monotonic
+timer (a wall clock stepped back or forward would shorten or lengthen it).
+
+A claim can still be lost: a holder whose renewals fail (a store busy for longer than `ttl`)
+sees its claims expire, and another tuner take them over. So a holder confirms its claim
+before it writes what it tuned (`Claims.confirm`, one read): a key another live holder has
+now is left to that holder (`ClaimLost`), and one nobody took is claimed again. Renewals that
+keep failing are warned of (`TunecacheWarning`), once, after `FAILED_BEATS` in a row.
 
 The claims live in the store the tuner writes: a SQLite file's writers share its writers' lock,
 and the tuners of a fleet (`tunecache.open(url=...)`) its PostgreSQL database. `Claims` takes
@@ -20,17 +27,27 @@ import platform
 import secrets
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from tunecache.errors import BadArgumentError, TunecacheError
+from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
 
-__all__ = ["CLAIM_TTL", "CLAIM_WAIT", "Claim", "Claims", "Holder", "pid_alive"]
+__all__ = [
+    "CLAIM_TTL",
+    "CLAIM_WAIT",
+    "FAILED_BEATS",
+    "Claim",
+    "ClaimLost",
+    "Claims",
+    "Holder",
+    "pid_alive",
+]
 
 #: seconds a claim stands unless renewed (its holder renews it every third of that)
 CLAIM_TTL = 30.0
@@ -38,6 +55,8 @@ CLAIM_TTL = 30.0
 CLAIM_WAIT = 600.0
 #: seconds between two looks at a claim another tuner holds
 POLL = 0.05
+#: renewals failed in a row before a holder is warned that its claims may lapse
+FAILED_BEATS = 3
 
 
 class Holder(NamedTuple):
@@ -66,6 +85,15 @@ class Claim(NamedTuple):
     holder: Holder | None
 
 
+class ClaimLost(TunecacheError):
+    """This holder's claim on a key lapsed, and another live holder has the key now."""
+
+    def __init__(self, key: str, holder: Holder) -> None:
+        super().__init__(f"the claim on {key} lapsed and {holder.named} claims it now")
+        self.key = key
+        self.holder = holder
+
+
 def pid_alive(holder: Holder) -> bool:
     """Whether a claim's process may still run: False only for a process of this host that is
     gone (another host's process cannot be seen from here; its claim's expiry counts)."""
@@ -88,7 +116,8 @@ class Claims:
     """One tuner's claims on keys of `cache`'s device identity.
 
     `clock` gives seconds since the epoch (time.time: claims are compared across processes and
-    hosts); `alive` says whether another holder's process may still run; `host` and `pid` name
+    hosts), and `timer` the seconds a wait's deadline is measured in (time.monotonic); `alive`
+    says whether another holder's process may still run; `host` and `pid` name
     this holder (platform.node() and os.getpid() unless given).
     """
 
@@ -98,6 +127,7 @@ class Claims:
         *,
         ttl: float = CLAIM_TTL,
         clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.monotonic,
         alive: Callable[[Holder], bool] = pid_alive,
         host: str | None = None,
         pid: int | None = None,
@@ -107,12 +137,15 @@ class Claims:
         self.cache = cache
         self.ttl = float(ttl)
         self.clock = clock
+        self.timer = timer
         self.alive = alive
         self.host = platform.node() if host is None else host
         self.pid = os.getpid() if pid is None else pid
         #: this holder's own token: a pid is reused, and one process may hold two sessions
         self.token = secrets.token_hex(16)
         self._held: set[str] = set()
+        #: keys a renewal found taken over or gone: `confirm` still looks at them
+        self._lost: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -172,10 +205,10 @@ class Claims:
         poll: float = POLL,
         waiting: Callable[[Holder], object] | None = None,
     ) -> Claim:
-        """Claim `key`, waiting up to `deadline` seconds of `clock` while another live holder
+        """Claim `key`, waiting up to `deadline` seconds of `timer` while another live holder
         has it; `waiting` hears of each holder waited for. Not taken at the deadline: the claim
         says who still holds it."""
-        end = self.clock() + deadline
+        end = self.timer() + deadline
         told = None
         while True:
             claim = self.claim(key)
@@ -187,7 +220,7 @@ class Claims:
             # Looks between two attempts are reads: waiters take no writers' lock until the
             # claim looks free.
             while True:
-                left = end - self.clock()
+                left = end - self.timer()
                 if left <= 0:
                     return claim
                 sleep(min(poll, left))
@@ -195,7 +228,8 @@ class Claims:
                     break
 
     def renew(self) -> int:
-        """Push back the expiry of every claim this holder has; how many it still holds."""
+        """Push back the expiry of every claim this holder has; how many it still holds. A
+        claim another holder took over after it expired is theirs: this holder lets go of it."""
         from tunecache.store import claims as sql
 
         keys = sorted(self.held)
@@ -203,7 +237,46 @@ class Claims:
             return 0
         until = _instant(self.clock() + self.ttl)
         with self.cache.transaction(write=True) as tx:
-            return sql.renew(tx.conn, self.token, until, keys)
+            renewed = sql.renew(tx.conn, self.token, until, keys)
+            if renewed == len(keys):
+                return renewed
+            device = self.cache.device.fingerprint
+            lost = set()
+            for key in keys:
+                row = sql.holder(tx.conn, device, key)
+                if row is None or Holder(*row).token != self.token:
+                    lost.add(key)
+        with self._lock:
+            self._held -= lost
+            self._lost |= lost
+        return renewed
+
+    def confirm(self, key: str) -> None:
+        """Make sure this holder still has `key`'s claim before it writes what it tuned: a
+        claim that lapsed with nobody taking it is claimed again; ClaimLost where another live
+        holder has the key now (one read, and a write only where the claim lapsed). A key this
+        holder never claimed (or released) is not its to confirm: nothing is read."""
+        from tunecache.store import claims as sql
+
+        with self._lock:
+            if key not in self._held and key not in self._lost:
+                return
+
+        with self.cache.transaction() as tx:
+            row = sql.holder(tx.conn, self.cache.device.fingerprint, key)
+        found = None if row is None else Holder(*row)
+        now = _instant(self.clock())
+        if found is not None and found.token == self.token and found.expires_at > now:
+            return  # still ours
+        claim = self.claim(key)
+        if not claim.taken:
+            assert claim.holder is not None
+            with self._lock:
+                self._held.discard(key)
+                self._lost.discard(key)
+            raise ClaimLost(key, claim.holder)
+        with self._lock:
+            self._lost.discard(key)
 
     def release(self, *keys: str) -> None:
         """Let go of these claims (every one held, if none is named)."""
@@ -212,6 +285,7 @@ class Claims:
         with self._lock:
             names = sorted(self._held if not keys else self._held & set(keys))
             self._held -= set(names)
+            self._lost -= set(keys) if keys else set(self._lost)
         if names:
             with self.cache.transaction(write=True) as tx:
                 sql.release(tx.conn, self.token, _instant(self.clock()), names)
@@ -224,10 +298,24 @@ class Claims:
         interval = self.ttl / 3 if every is None else every
 
         def beat() -> None:
+            failed = 0
             while not stop.wait(interval):
-                # A busy store: the next beat tries again, well before the expiry.
-                with suppress(TunecacheError):
+                try:
                     self.renew()
+                except TunecacheError as error:
+                    # A busy store: the next beat tries again, well before the expiry; one
+                    # that stays busy is said, once (a write confirms each claim: `confirm`).
+                    failed += 1
+                    if failed == FAILED_BEATS:
+                        warnings.warn(
+                            f"{failed} renewals of this tuner's claims failed in a row "
+                            f"({error}): another tuner may take its keys over once they "
+                            "expire",
+                            TunecacheWarning,
+                            stacklevel=1,
+                        )
+                else:
+                    failed = 0
 
         thread = threading.Thread(target=beat, name="tunecache-claims", daemon=True)
         thread.start()

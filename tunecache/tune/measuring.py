@@ -9,8 +9,11 @@ acceptance rule then runs to its most pairs), and doubted by the evidence rules
 `<database>.measure-lock` beside the device's local cache file (for a fleet store too: the
 cores are this host's), and N tuners of one model measure one after another, as one tuner
 alone would, while their waiting for claims and their writes go on. A process that dies
-holding the lock lets go of it with its descriptor. Where the folder cannot take the file,
-measurements go unlocked, as before.
+holding the lock lets go of it with its descriptor. A process forked while the lock is held (a
+model's worker pool started during a trial) closes its inherited copy of the descriptor at once
+(`os.register_at_fork`): a flock belongs to the descriptor's open file, which the child would
+otherwise keep, and with it the lock, for as long as it runs. Where the folder cannot take the
+file, measurements go unlocked, as before.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ import contextlib
 import fcntl
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["MeasureLock"]
+
+#: every lock of this process, for the fork hook
+_LOCKS: weakref.WeakSet[MeasureLock] = weakref.WeakSet()
 
 
 class MeasureLock:
@@ -33,6 +40,7 @@ class MeasureLock:
         self._fd: int | None = None
         self._depth = 0
         self._lock = threading.RLock()
+        _LOCKS.add(self)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -44,7 +52,8 @@ class MeasureLock:
             try:
                 yield
             finally:
-                self._depth -= 1
+                # Never below 0: a child forked inside the block starts again from 0.
+                self._depth = max(0, self._depth - 1)
                 if self._depth == 0:
                     self._drop()
 
@@ -65,3 +74,21 @@ class MeasureLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor lets go of its flock
+
+    def _forked(self) -> None:
+        """In a forked child: let go of the parent's descriptor (never unlock it: the lock is
+        the parent's) and of a thread lock another thread may have held at the fork."""
+        fd, self._fd = self._fd, None
+        self._depth = 0
+        self._lock = threading.RLock()
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _after_fork() -> None:
+    for lock in list(_LOCKS):
+        lock._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)

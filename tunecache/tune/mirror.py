@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tunecache.resolve.misses import never_record
+
 if TYPE_CHECKING:
     from tunecache.cache import Cache
 
@@ -26,6 +28,7 @@ class Mirror:
         self.folder = Path(tempfile.mkdtemp(prefix="tunecache-mirror-"))
         #: the mirror's own file, for `tunecache.resolve.Table.open(path=...)`
         self.path = self.folder / "cache.db"
+        never_record(self.path)  # the session's tables are no serving process's
         self.local = Cache.open(device=cache.device, path=self.path)
         self.update()
 

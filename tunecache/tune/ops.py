@@ -29,19 +29,21 @@ import importlib.util
 import operator
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache.errors import BadArgumentError, TunecacheError
-from tunecache.evidence import TOO_SLOW, WRONG
+from tunecache.evidence import TOO_SLOW, WRONG, refusal
 from tunecache.keys import Key
 from tunecache.tune import doubt
+from tunecache.tune.claims import ClaimLost, Claims, Holder
 from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
 from tunecache.tune.records import bench_candidates, bound_calls, refused_in
 from tunecache.tune.reports import KeyOutcome
+from tunecache.writes import NewEntry, as_key
 
 if TYPE_CHECKING:
     from tunecache.cache import Cache
@@ -54,8 +56,11 @@ __all__ = ["OP_ACTIONS", "OpOutcome", "OpsReport", "inputs_at", "load_op", "ops"
 
 #: what became of a shape: benched now, its stored evidence reused, a model's decision left as
 #: it is, benched but cut short by the key's budget, every candidate raised or was refused; and,
-#: for a pending key only, left pending (its op could not be loaded or benched: the note says)
-OP_ACTIONS = ("benched", "kept", "known", "budget cut", "failed", "left")
+#: for a pending key only, left pending (its op could not be loaded or benched: the note says);
+#: skipped: another tuner claims the key (`tunecache.tune.claims`) and tunes it
+OP_ACTIONS = ("benched", "kept", "known", "budget cut", "failed", "left", "skipped")
+#: what hears of each holder a key's claim is waited for
+Waiting = Callable[[Holder], object]
 #: `ops`'s bench settings, which `pending` takes too (by keyword, beside the open options)
 _SETTINGS = frozenset({"key_budget", "retune", "rebench", "bench_options"})
 #: the actions after which a pending key is no longer pending
@@ -166,29 +171,103 @@ def ops(
     started = time.perf_counter()
     try:
         with store.run("tune-op", notes=f"op {op.signature}") as run_id:
-            outcomes = []
-            for done, (args, kwargs, key) in enumerate(made):
-                if progress is not None:
-                    progress(f"benching {op.signature}", done, len(made))
-                outcomes.append(_tune_key(store, op, key, (args, kwargs), options, run_id))
+            claims = Claims(store)
+            with claims.renewing():
+
+                def step(at: int, wait: Waiting | None) -> OpOutcome | None:
+                    args, kwargs, key = made[at]
+                    turn = _Turn(store, claims, options, run_id)
+                    return _tune_key(turn, op, key, (args, kwargs), wait=wait)
+
+                outcomes = _in_turn(len(made), step, f"benching {op.signature}", progress)
         return OpsReport(tuple(outcomes), time.perf_counter() - started, run_id)
     finally:
         if owned:
             store.close()
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """What every key of one op-level session shares: the cache, the session's claims, its
+    settings and its run."""
+
+    cache: Cache
+    claims: Claims
+    options: Options
+    run_id: int | None
+
+
+def _in_turn(
+    count: int,
+    step: Callable[[int, Waiting | None], OpOutcome | None],
+    what: str,
+    progress: Progress | None,
+) -> list[OpOutcome]:
+    """Each of `count` keys' outcomes, in order: `step(at, None)` takes a key at once unless
+    another live tuner claims it (None), and the keys so left are waited for last
+    (`step(at, waiting)`, `waiting` telling `progress` whom it waits for), as the tuner's
+    `_claimed_step` leaves them."""
+    found: list[OpOutcome | None] = []
+    for at in range(count):
+        if progress is not None:
+            progress(what, at, count)
+        found.append(step(at, None))
+    out = []
+    for at, outcome in enumerate(found):
+        if outcome is None:
+
+            def waiting(holder: Holder, at: int = at) -> None:
+                if progress is not None:
+                    progress(f"waiting for a key claimed by {holder.named}", at, count)
+
+            outcome = step(at, waiting)
+            assert outcome is not None
+        out.append(outcome)
+    return out
+
+
 def _tune_key(
-    cache: Cache,
+    turn: _Turn,
     op: Tunable[Any, Any],
     key: Key,
     call: tuple[tuple[Any, ...], dict[str, Any]],
-    options: Options,
-    run_id: int | None,
+    *,
+    wait: Waiting | None,
+) -> OpOutcome | None:
+    """One key under its claim (`tunecache.tune.claims`): None, having done nothing, where
+    another live tuner claims it and no `wait` is asked; skipped where the wait outlasts its
+    deadline (that tuner tunes the key); else benched or reused, and written."""
+    text = key.text
+    claim = turn.claims.claim(text) if wait is None else turn.claims.wait(text, waiting=wait)
+    if not claim.taken:
+        if wait is None:
+            return None
+        holder = "" if claim.holder is None else f" ({claim.holder.named})"
+        note = f"another tuner{holder} still claims it: it tunes the key"
+        heuristic = op.heuristic_for(key)
+        return OpOutcome(
+            action="skipped", choice=heuristic, heuristic=heuristic, key=text, note=note,
+            **_alone(key),
+        )  # fmt: skip
+    try:
+        return _claimed_key(turn, op, key, call)
+    finally:
+        turn.claims.release(text)
+
+
+def _claimed_key(
+    turn: _Turn,
+    op: Tunable[Any, Any],
+    key: Key,
+    call: tuple[tuple[Any, ...], dict[str, Any]],
 ) -> OpOutcome:
-    """Bench one key of the op (or reuse its stored evidence) and write the entry."""
+    """Bench one key of the op (or reuse its stored evidence) and write the entry, unless a
+    model decided the key meanwhile (the look is in the write's own transaction)."""
     from tunecache.dispatch import Captured
+    from tunecache.tune.measuring import MeasureLock
     from tunecache.tune.profiling import Heavy
 
+    cache, options, run_id = turn.cache, turn.options, turn.run_id
     names, heuristic = op.candidates, op.heuristic_for(key)
     said: dict[str, Any] = {"key": key.text, "heuristic": heuristic, **_alone(key)}
     stored = cache.get(key, candidates=names)
@@ -213,9 +292,10 @@ def _tune_key(
                 **said,
             )
     heavy = Heavy(key, op, Captured(op, *call), {}, 1.0)
-    result = bench_candidates(
-        op, key, bound_calls(heavy), previous, options.key_budget, options.bench_options
-    )
+    with MeasureLock(cache.path).held():  # no other tuner of the device times anything meanwhile
+        result = bench_candidates(
+            op, key, bound_calls(heavy), previous, options.key_budget, options.bench_options
+        )
     record = result.record
     if why is not None:
         record = doubt.with_settings(record, rebench=count + 1, rebenched_for=why)
@@ -237,27 +317,66 @@ def _tune_key(
         )
     choice = _choice(record, result.best, heuristic)
     speedup = _speedup(record, choice, heuristic)
-    entry = cache.put(
-        key,
-        choice=choice,
-        candidates=names,
-        heuristic=heuristic,
-        record=record,
-        speedup=speedup,
-        status="unvalidated",
-        run_id=run_id,
+    entry = _put_undecided(
+        turn, NewEntry(key, choice, names, heuristic, record, speedup, "unvalidated", run_id)
     )
+    if isinstance(entry, _Unwritten):
+        return OpOutcome(**entry._asdict(), **refusals, **said)
     return OpOutcome(
         action="benched" if result.complete else "budget cut",
         choice=choice,
         speedup=speedup,
-        entry_id=entry.id,
+        entry_id=entry,
         bench_stopped=result.stopped,
         doubt="" if why is None else f"benched again: {why}",
-        note="" if result.complete else "the key's budget ended its bench",
+        note=_raised(result.errors, "" if result.complete else "the key's budget ended its bench"),
         **refusals,
         **said,
     )
+
+
+def _raised(errors: Mapping[str, str], note: str) -> str:
+    """An outcome's note, with what each candidate that raised said (refusals have columns of
+    their own: `wrong`, `too_slow`)."""
+    raised = [f"{name} raised {text}" for name, text in errors.items() if refusal(text) is None]
+    return "; ".join([*([note] if note else []), *raised])
+
+
+class _Unwritten(NamedTuple):
+    """Why a benched key's entry was not written, as its outcome says it."""
+
+    action: str
+    choice: str
+    note: str
+    entry_id: int | None = None
+
+
+def _put_undecided(turn: _Turn, entry: NewEntry) -> int | _Unwritten:
+    """Write a benched key's unvalidated entry; its id. Not where another live tuner claims
+    the key now (this one's claim lapsed during the bench), nor where a model decided it
+    meanwhile: the look and the write are one transaction
+    (`tunecache.store.bulk.write_undecided`)."""
+    from tunecache.store.bulk import write_undecided
+    from tunecache.store.models import utcnow
+    from tunecache.writes import entry_write
+
+    key = as_key(entry.key)
+    heuristic = entry.heuristic or entry.choice
+    try:
+        turn.claims.confirm(key.text)
+    except ClaimLost as lost:
+        return _Unwritten("skipped", heuristic, f"{lost}: left to it, nothing written")
+    now = utcnow()
+    write = entry_write(entry, now)
+    with turn.cache.transaction(write=True) as tx:
+        written = write_undecided(tx.conn, tx.device_row(), write, now=now)
+    if written is not None:
+        return written.id
+    stored = turn.cache.get(key, candidates=entry.candidates)
+    status = "decided" if stored is None else stored.status
+    note = f"a model decided the key during the bench ({status}): left as it is"
+    choice = heuristic if stored is None else stored.choice
+    return _Unwritten("known", choice, note, None if stored is None else stored.id)
 
 
 def _alone(key: Key) -> dict[str, Any]:
@@ -311,17 +430,22 @@ def pending(
     try:
         rows = pending_keys(store.path, store.device.fingerprint)
         outcomes: list[OpOutcome] = []
-        done: list[tuple[str, str]] = []
         run_id = None
         if rows:
             with store.run("tune-pending", notes=f"{len(rows)} pending keys") as run_id:
-                for number, row in enumerate(rows):
-                    if progress is not None:
-                        progress("benching pending keys", number, len(rows))
-                    outcome = _tune_pending(store, row, settings, run_id)
-                    outcomes.append(outcome)
-                    if outcome.action in _DONE:
-                        done.append((row.key, row.checksum))
+                claims = Claims(store)
+                with claims.renewing():
+
+                    def step(at: int, wait: Waiting | None) -> OpOutcome | None:
+                        turn = _Turn(store, claims, settings, run_id)
+                        return _tune_pending(turn, rows[at], wait=wait)
+
+                    outcomes = _in_turn(len(rows), step, "benching pending keys", progress)
+        done = [
+            (row.key, row.checksum)
+            for row, outcome in zip(rows, outcomes, strict=True)
+            if outcome.action in _DONE
+        ]
         cleared = _clear(store, done)
         return OpsReport(tuple(outcomes), time.perf_counter() - started, run_id, cleared)
     finally:
@@ -329,8 +453,9 @@ def pending(
             store.close()
 
 
-def _tune_pending(cache: Cache, row: Pending, options: Options, run_id: int | None) -> OpOutcome:
-    """One pending key: its op loaded, its shape's inputs made, benched; or why not."""
+def _tune_pending(turn: _Turn, row: Pending, *, wait: Waiting | None) -> OpOutcome | None:
+    """One pending key: its op loaded, its shape's inputs made, benched under its claim (None
+    where another tuner claims it and no `wait` is asked: `_tune_key`); or why not."""
     from tunecache.candidates import checksum
 
     key = row.parsed()
@@ -357,7 +482,8 @@ def _tune_pending(cache: Cache, row: Pending, options: Options, run_id: int | No
     if made != key:
         note = f"the op's inputs at its dims resolve {made.text}, not this key"
         return OpOutcome(action="left", note=note, **said)
-    return replace(_tune_key(cache, op, key, (args, kwargs), options, run_id), op=row.op)
+    outcome = _tune_key(turn, op, key, (args, kwargs), wait=wait)
+    return None if outcome is None else replace(outcome, op=row.op)
 
 
 def _clear(cache: Cache, done: list[tuple[str, str]]) -> int:

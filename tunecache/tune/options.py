@@ -199,6 +199,8 @@ def _check(options: Options) -> None:
     _seconds("budget", options.budget)
     _seconds("key_budget", options.key_budget)
     _seconds("claim_wait", options.claim_wait)
+    if options.claim_wait is None:  # a wait has a deadline (None would fail at the first wait)
+        raise BadArgumentError("claim_wait is a number of seconds >= 0, got None")
     _seconds("claim_ttl", options.claim_ttl)
     if not options.claim_ttl:
         raise BadArgumentError("claim_ttl is a number of seconds > 0")

@@ -127,6 +127,9 @@ class TuneReport:
     budget_spent: bool = False
     guard_skipped: bool = False
     guard_error: str = ""
+    #: the other tuner whose guard over this model outlasted this session's claim wait: this
+    #: session ran no guard of its own (its entries stay as the other's guard leaves them)
+    guard_left_to: str = ""
 
     def count(self, action: str) -> int:
         """How many keys the session ended with `action` (one of ACTIONS)."""
@@ -144,6 +147,7 @@ class TuneReport:
             "guard": None if self.guard is None else self.guard.as_dict(),
             "guard_skipped": self.guard_skipped,
             "guard_error": self.guard_error,
+            "guard_left_to": self.guard_left_to,
             "kept": list(self.kept),
             "masked": list(self.masked),
             "seconds": self.seconds,

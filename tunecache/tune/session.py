@@ -51,6 +51,8 @@ class GuardOutcome:
     skipped: bool = False
     error: str = ""
     kept: list[int] | None = None
+    #: the other tuner whose guard this session's claim wait gave up waiting for
+    left_to: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,10 @@ class Session:
         status: str,
         speedup: float | None = None,
     ) -> Entry:
-        """Write an entry for a heavy key, with its timing record, as part of this run."""
+        """Write an entry for a heavy key, with its timing record, as part of this run (not
+        where this session's claim on it lapsed and another tuner has it: ClaimLost)."""
+        if self.claims is not None:
+            self.claims.confirm(heavy.key.text)
         self.wrote = True
         entry = self.cache.put(
             heavy.key,
@@ -289,6 +294,8 @@ class Session:
         # Imported here: importing the tuner must not load SQLAlchemy (tests/test_import.py).
         from tunecache.cache import NewEntry, NewVerdict
 
+        if self.claims is not None:
+            self.claims.confirm(heavy.key.text)  # ClaimLost: another tuner has the key now
         verdict_name, verdict = judged
         given = NewVerdict(
             self.model.name,
@@ -361,6 +368,7 @@ class Session:
             guard=guard.verdict,
             guard_skipped=guard.skipped,
             guard_error=guard.error,
+            guard_left_to=guard.left_to,
             kept=tuple(guard.kept if guard.kept is not None else ()),
             masked=tuple(self.masked),
             seconds=self.how.clock() - self.started,

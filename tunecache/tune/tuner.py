@@ -19,7 +19,7 @@ from tunecache.resolve import DEFAULT_MAX_DISTANCE
 from tunecache.tune import doubt
 from tunecache.tune.benching import tune_key
 from tunecache.tune.checking import outputs_differ
-from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT, Claim, Claims, Holder
+from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT, Claim, ClaimLost, Claims, Holder
 from tunecache.tune.guard import final_guard
 from tunecache.tune.model import Model, as_model
 from tunecache.tune.options import KEEP, KEY_BUDGET, REBENCH, SHARE, Options, session_options
@@ -155,7 +155,9 @@ def run_session(
         kind = "tune" if tune_keys else "validate"
         with contextlib.ExitStack() as stack:
             if tune_keys:
-                session.claims = Claims(store, ttl=options.claim_ttl, clock=how.wall)
+                session.claims = Claims(
+                    store, ttl=options.claim_ttl, clock=how.wall, timer=how.clock
+                )
                 stack.enter_context(session.claims.renewing())
             with store.run(kind, notes=f"model {model.name}") as run_id:
                 session.run_id = run_id
@@ -205,6 +207,12 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
         # One guard at a time per model: a second tuner reads the table the first one's guard
         # passed over, and skips its own guard over the same answers.
         claim = _wait(session, f"guard {session.model.name}", (0, 0))
+        if not claim.taken:
+            # Another tuner's guard over this model outlasted the wait: two guards at once
+            # would time each other's runs. This session runs none, and says so.
+            assert claim.holder is not None
+            session.guard.left_to = claim.holder.named
+            return
         if claim.holder is not None:
             session.refresh()
     final_guard(session)
@@ -249,6 +257,10 @@ def _claimed_step(
         if claim.holder is not None:
             session.took_over(key, claim.holder)
         _step(session, heavy, tune_keys=tune_keys)
+    except ClaimLost as lost:
+        # This claim lapsed during the key's bench or trial (renewals failed) and another
+        # tuner took the key over: what this one found is left unwritten, to that one.
+        session.outcome(heavy, "skipped", note=f"{lost}: left to it, nothing written")
     finally:
         claims.release(key)
     return True

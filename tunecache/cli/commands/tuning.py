@@ -167,6 +167,11 @@ def _guard_line(report: Any) -> str:
         )
     if report.guard_skipped:
         return "final guard: passed in an earlier session over this same table"
+    if report.guard_left_to:
+        return (
+            f"final guard: not run, another tuner ({report.guard_left_to}) still ran its guard "
+            "over this model when the claim wait ended"
+        )
     if report.guard is None:
         return "final guard: not needed, the model uses no entry (it runs its heuristic)"
     guard = report.guard
