@@ -468,6 +468,11 @@ def _tune_pending(turn: _Turn, row: Pending, *, wait: Waiting | None) -> OpOutco
     }
     if row.op is None:
         return OpOutcome(action="left", note="no op was recorded with it", **said)
+    if row.source == "triton":
+        # A kernel's key: its arguments live in the process that launches it, which tunes it
+        # (`tune_pending()`, or unseen="tune") and clears the mark; `row.op` is its name only.
+        note = "a Triton kernel's key: the kernel's own process tunes it (tune_pending())"
+        return OpOutcome(action="left", note=note, **said)
     try:
         op = load_op(row.op)
     except TunecacheError as error:
