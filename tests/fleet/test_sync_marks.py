@@ -1,0 +1,51 @@
+"""The high-water marks of sync: a salvaged copy starts from zero, a remote restored from a
+backup is read again from the start (and the report says so)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fleet.test_sync import entry
+from tunecache import fleet
+from tunecache.cache import Cache
+from tunecache.device import Device
+from tunecache.store import salvage
+
+
+@pytest.fixture
+def local_at(device: Device, tmp_path: Path) -> Iterator[Callable[[str], Cache]]:
+    """Cache files of the test's device, by name."""
+    opened: list[Cache] = []
+
+    def open_at(name: str) -> Cache:
+        opened.append(Cache.open(device=device, path=tmp_path / f"{name}.db"))
+        return opened[-1]
+
+    yield open_at
+    for c in opened:
+        c.close()
+
+
+def test_a_salvaged_copy_starts_from_zero_and_pulls_back_what_salvage_lost(
+    local_at: Callable[..., Cache], tmp_path: Path
+) -> None:
+    remote = local_at("remote")
+    remote.put_many([entry(i) for i in range(5)])
+    host = local_at("host")
+    assert fleet.sync(host, remote, direction="pull").directions[0].counts["added"] == 5
+    host.close()
+    copy = tmp_path / "salvaged.db"
+    salvage.salvage(tmp_path / "host.db", copy, 5.0)
+    # What a damaged page costs: two entries the salvage could not read.
+    with sqlite3.connect(copy) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("DELETE FROM entries WHERE id IN (SELECT id FROM entries LIMIT 2)")
+    with Cache.open(device=host.device, path=copy) as salvaged:
+        assert salvaged.count() == 3
+        pulled = fleet.sync(salvaged, remote, direction="pull").directions[0]
+        assert (pulled.mark_before, pulled.read, pulled.counts["added"]) == (0, 5, 2)
+        assert salvaged.count() == 5
