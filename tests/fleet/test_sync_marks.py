@@ -3,6 +3,7 @@ backup is read again from the start (and the report says so)."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from tests.fleet.test_sync import entry
 from tunecache import fleet
 from tunecache.cache import Cache
 from tunecache.device import Device
+from tunecache.errors import TunecacheWarning
 from tunecache.store import salvage
 
 
@@ -49,3 +51,30 @@ def test_a_salvaged_copy_starts_from_zero_and_pulls_back_what_salvage_lost(
         pulled = fleet.sync(salvaged, remote, direction="pull").directions[0]
         assert (pulled.mark_before, pulled.read, pulled.counts["added"]) == (0, 5, 2)
         assert salvaged.count() == 5
+
+
+def test_a_remote_restored_from_a_backup_is_read_from_zero_with_a_warning(
+    local_at: Callable[..., Cache], tmp_path: Path
+) -> None:
+    remote = local_at("remote")
+    remote.put_many([entry(i) for i in range(2)])
+    remote.close()
+    shutil.copyfile(tmp_path / "remote.db", tmp_path / "backup.db")
+    remote = local_at("remote")
+    remote.put_many([entry(i) for i in range(2, 6)])
+    host = local_at("host")
+    assert fleet.sync(host, remote, direction="pull").directions[0].counts["added"] == 6
+    remote.close()
+    # The store is restored from the backup (its id with it), and a tuner writes new entries
+    # there: numbered below the host's mark.
+    shutil.copyfile(tmp_path / "backup.db", tmp_path / "remote.db")
+    remote = local_at("remote")
+    remote.put_many([entry(i, "b") for i in range(10, 12)])
+    with pytest.warns(TunecacheWarning, match="restored from a backup"):
+        pulled = fleet.sync(host, remote, direction="pull").directions[0]
+    assert pulled.mark_reset and pulled.as_dict()["mark_reset"]
+    assert "mark reset" in pulled.summary()
+    assert (pulled.read, pulled.counts["added"], pulled.counts["unchanged"]) == (4, 2, 2)
+    assert host.count() == 8
+    again = fleet.sync(host, remote, direction="pull").directions[0]
+    assert (again.read, again.mark_reset) == (0, False)

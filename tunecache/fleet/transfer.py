@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,7 +26,13 @@ from sqlalchemy import Connection
 from tunecache.cache import Cache, Transaction
 from tunecache.candidates import checksum
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError, BadKeyError, BadRecordError, ReadOnlyStoreError
+from tunecache.errors import (
+    BadArgumentError,
+    BadKeyError,
+    BadRecordError,
+    ReadOnlyStoreError,
+    TunecacheWarning,
+)
 from tunecache.fleet.reports import DirectionReport, SyncReport, empty_conflicts, empty_counts
 from tunecache.fleet.rules import Settled, settle
 from tunecache.keys import Key, parse
@@ -106,6 +113,9 @@ class _Copied:
     conflicts: dict[str, dict[str, int]] = field(default_factory=empty_conflicts)
     run_id: int | None = None
 
+    #: whether the mark was reset to 0 (the side read is behind it)
+    reset: bool = False
+
     def report(
         self, direction: str, remote: str, device: str, before: int, start: float
     ) -> DirectionReport:
@@ -121,6 +131,7 @@ class _Copied:
             mark_after=self.last,
             run_id=self.run_id,
             seconds=time.perf_counter() - start,
+            mark_reset=self.reset,
         )
 
     @property
@@ -151,6 +162,25 @@ class _Marks:
         found = syncing.mark(self.conn, self.remote_id, self.device, direction)
         return found[1] if found is not None and found[0] == self.counted_in(direction) else 0
 
+    def start(self, direction: str, source: Connection) -> tuple[int, bool]:
+        """The number to read after on `source` (the side `direction` reads), and whether the
+        mark was reset (a pull's: a push reads the local cache, whose marks are restored with
+        it): a mark above the highest number `source` has given counts in a past
+        the side no longer holds (a store restored from a backup keeps its id), and read from
+        it the direction would skip every entry numbered up to it, so it reads from zero
+        (entries found equal are counted `unchanged`) and says so, once, as a warning."""
+        kept = self.get(direction)
+        highest = syncing.highest_change(source)
+        if kept <= highest:
+            return kept, False
+        warnings.warn(
+            f"sync {direction}: {self.remote} has given change numbers up to {highest} only, below "
+            f"the mark {kept} (restored from a backup?): reading every entry from zero",
+            TunecacheWarning,
+            stacklevel=4,
+        )
+        return 0, True
+
     def keep(self, direction: str, seq: int) -> None:
         """Keep `seq` as the mark of `direction`."""
         at = self.counted_in(direction)
@@ -173,17 +203,18 @@ def _pull(local: Cache, remote: Cache) -> DirectionReport:
         rid, lid = syncing.store_id(rtx.conn), syncing.store_id(ltx.conn)
         _refuse_itself(rid, lid, local)
         marks = _Marks(ltx.conn, rid, lid, device, remote.where)
-        before = marks.get("pull")
+        before, reset = marks.start("pull", rtx.conn)
         own = ltx.device_id()
         unpushed = own is not None and bool(
             syncing.changed_after(ltx.conn, own, marks.get("push"), 1)
         )
         source = rtx.device_id()
-        copied = _Copied(before)
+        copied = _Copied(before, reset=reset)
         if source is not None:
             copier = _Copier(rtx.conn, ltx, "pull", remote.where, _HOST)
             copied = copier.copy(source, before)
-        if copied.last != before:
+            copied.reset = reset
+        if copied.last != before or reset:
             marks.keep("pull", copied.last)
         own = ltx.device_id()
         if copied.written and not unpushed and own is not None:

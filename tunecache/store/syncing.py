@@ -32,6 +32,7 @@ __all__ = [
     "entries",
     "entries_between",
     "entries_of_keys",
+    "highest_change",
     "latest_change",
     "mark",
     "runs",
@@ -206,6 +207,18 @@ def change_numbers(conn: Connection, device: int, after: int) -> list[int]:
             .order_by(_CH.c.seq)
         )
     ]
+
+
+def highest_change(conn: Connection) -> int:
+    """The highest change number this database has given, of any device (0 before any): on
+    SQLite its counter, which counts pruned entries too; on PostgreSQL the highest held (the
+    sequence needs a privilege a read-only role may lack), so pruning the newest entries
+    lowers it."""
+    if conn.dialect.name == "sqlite":
+        found = conn.execute(select(SYNC_STORE.c.seq)).scalar()
+    else:
+        found = conn.execute(select(func.max(_CH.c.seq))).scalar()
+    return 0 if found is None else int(found)
 
 
 def latest_change(conn: Connection, device: int) -> int:
