@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.test_sync import entry
+from tests.fleet.test_sync import entry, validated
 from tunecache import fleet
-from tunecache.cache import Cache
+from tunecache.cache import Cache, NewVerdict
 from tunecache.device import Device
 from tunecache.errors import TunecacheWarning
-from tunecache.store import salvage
+from tunecache.store import salvage, syncing
 
 
 @pytest.fixture
@@ -78,3 +78,28 @@ def test_a_remote_restored_from_a_backup_is_read_from_zero_with_a_warning(
     assert host.count() == 8
     again = fleet.sync(host, remote, direction="pull").directions[0]
     assert (again.read, again.mark_reset) == (0, False)
+
+
+def test_a_merge_that_keeps_the_fields_here_keeps_the_entrys_origin(
+    local_at: Callable[..., Cache],
+) -> None:
+    remote = local_at("remote")
+    remote.put_many([entry(1, verdicts=validated())])
+    host = local_at("host")
+    fleet.sync(host, remote, direction="pull")
+    origin = _origin(host)
+    assert origin is not None
+    # Another model's verdict on the same decision, with no more evidence: merged into the
+    # entry here, whose own fields (and so its origin) stay.
+    more = [*validated(), NewVerdict("other", "f2", "masked")]
+    remote.put_many([entry(1, verdicts=more)])
+    pulled = fleet.sync(host, remote, direction="pull").directions[0]
+    assert pulled.counts["merged"] == 1 and pulled.conflicts["verdicts"] == {"merged": 1}
+    assert len(host.verdicts("other")) == 1
+    assert _origin(host) == origin
+
+
+def _origin(cache: Cache) -> tuple[str, str] | None:
+    with cache.transaction() as tx:
+        (found,) = syncing.entries(tx.conn, [cache.entries()[0].id])
+    return found.origin

@@ -384,10 +384,12 @@ class _Copier:
                 for w, (_, s) in zip(written, chosen, strict=True)
                 if s.fields_from == "incoming"
             ],
+            # Only the entries written with the incoming fields came from elsewhere: a merge
+            # that keeps the fields here keeps its origin (or its having none: this host's own).
             replacing=[
                 w.id
-                for w, (e, _) in zip(written, chosen, strict=True)
-                if (e.key, e.checksum) in here
+                for w, (e, s) in zip(written, chosen, strict=True)
+                if s.fields_from == "incoming" and (e.key, e.checksum) in here
             ],
         )
 
