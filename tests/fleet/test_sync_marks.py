@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet.test_sync import entry, validated
-from tunecache import fleet
+from tunecache import fleet, maintain
 from tunecache.cache import Cache, NewVerdict
 from tunecache.device import Device
 from tunecache.errors import TunecacheWarning
@@ -103,3 +103,20 @@ def _origin(cache: Cache) -> tuple[str, str] | None:
     with cache.transaction() as tx:
         (found,) = syncing.entries(tx.conn, [cache.entries()[0].id])
     return found.origin
+
+
+def test_a_record_doctor_deletes_gives_its_entry_a_change_that_syncs(
+    local_at: Callable[..., Cache],
+) -> None:
+    tuner, remote = local_at("tuner"), local_at("remote")
+    tuner.put_many([entry(1), entry(2)])
+    assert fleet.sync(tuner, remote, direction="push").directions[0].read == 2
+    with sqlite3.connect(tuner.path) as conn:
+        conn.execute(
+            "UPDATE timing_records SET data = x'a1' WHERE id = (SELECT min(id) FROM timing_records)"
+        )
+    repaired = maintain.doctor(tuner, repair=True)
+    assert [(p.kind, p.count) for p in repaired.problems] == [("unreadable-records", 1)]
+    # The entry lost its record: a change of the entry, which the next push reads.
+    pushed = fleet.sync(tuner, remote, direction="push").directions[0]
+    assert pushed.read == 1

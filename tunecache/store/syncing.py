@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select, update
 
 from tunecache.store import models as tables
 from tunecache.store import queries
@@ -38,6 +38,7 @@ __all__ = [
     "runs",
     "set_mark",
     "store_id",
+    "touch_record_entries",
     "write_origins",
 ]
 
@@ -219,6 +220,15 @@ def highest_change(conn: Connection) -> int:
     else:
         found = conn.execute(select(func.max(_CH.c.seq))).scalar()
     return 0 if found is None else int(found)
+
+
+def touch_record_entries(conn: Connection, record_ids: Sequence[int], now: datetime) -> None:
+    """Give the entries of these timing records a new change number (their `updated_at` set
+    to `now`), before the records are deleted: a record's deletion alone is no write of an
+    entry, and no trigger would count it, so no sync would ever carry it."""
+    for part in queries.chunks(sorted(set(record_ids))):
+        owners = select(_T.c.entry_id).where(_T.c.id.in_(part)).scalar_subquery()
+        conn.execute(update(_E).where(_E.c.id.in_(owners)).values(updated_at=now))
 
 
 def latest_change(conn: Connection, device: int) -> int:
