@@ -9,12 +9,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
+from tests.conftest import PgSchema
 from tests.fleet.test_sync import entry, validated
 from tunecache import fleet, maintain
 from tunecache.cache import Cache, NewVerdict
 from tunecache.device import Device
-from tunecache.errors import TunecacheWarning
+from tunecache.errors import ReadOnlyStoreError, TunecacheWarning
 from tunecache.store import salvage, syncing
 
 
@@ -120,3 +122,25 @@ def test_a_record_doctor_deletes_gives_its_entry_a_change_that_syncs(
     # The entry lost its record: a change of the entry, which the next push reads.
     pushed = fleet.sync(tuner, remote, direction="push").directions[0]
     assert pushed.read == 1
+
+
+def test_a_role_that_may_write_the_tables_but_not_number_changes_fails_in_one_line(
+    pg: PgSchema, device: Device, local_at: Callable[..., Cache]
+) -> None:
+    with Cache.open(url=pg.url, device=device) as store:
+        store.put_many([entry(1)])
+        with store.transaction(write=True) as tx:
+            # Every table's write privileges, and not the sequence that numbers changes.
+            tx.conn.exec_driver_sql(
+                f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {pg.schema} "
+                f"TO {make_url(pg.ro_url).username}"
+            )
+    tuner = local_at("tuner")
+    tuner.put_many([entry(i) for i in range(2, 5)])
+    with Cache.open(url=pg.ro_url, device=device) as writer:
+        with pytest.raises(ReadOnlyStoreError) as raised:
+            fleet.sync(tuner, writer, direction="push")
+        assert writer.count() == 1
+    message = str(raised.value)
+    assert "\n" not in message and "USAGE privilege on" in message and "_seq" in message
+    assert "INSERT" not in message and "***" in message
