@@ -1,5 +1,6 @@
 """The fleet: sync a local cache with a fleet store (pull this device's entries down, push
-local ones up), incrementally, all or nothing per direction, conflicts settled by evidence.
+local ones up), incrementally (a push all or nothing, a pull in whole chunks, each with its
+mark), conflicts settled by evidence.
 
 `sync(local, remote, direction=...)` returns a `SyncReport`; `tunecache sync` prints it.
 docs/fleet.md gives the rules.

@@ -35,6 +35,9 @@ class DirectionReport:
     #: the `runs` row that logs it on the side written, or None where nothing was written
     run_id: int | None
     seconds: float
+    #: whether the mark was above the highest change number of the side read (a store
+    #: restored from a backup), so this direction read from zero instead
+    mark_reset: bool = False
 
     @property
     def written(self) -> int:
@@ -48,8 +51,10 @@ class DirectionReport:
 
     def summary(self) -> str:
         """One line: what it did, or that there was nothing to do."""
+        reset = " (mark reset: the side read is behind it, restored from a backup?)"
+        reset = reset if self.mark_reset else ""
         if self.read == 0:
-            return f"{self.direction}: nothing new"
+            return f"{self.direction}: nothing new{reset}"
         parts = [f"{n} {a}" for a, n in self.counts.items() if n]
         settled = [
             f"{n} {action} by {rule}"
@@ -60,7 +65,7 @@ class DirectionReport:
         line = f"{self.direction}: {self.read} read, " + ", ".join(parts)
         if settled:
             line += "; conflicts: " + ", ".join(settled)
-        return line + ("" if self.changed else " (nothing changed)")
+        return line + ("" if self.changed else " (nothing changed)") + reset
 
     def as_dict(self) -> dict[str, Any]:
         """The direction as JSON-ready values."""
@@ -75,6 +80,7 @@ class DirectionReport:
             "conflicts": {rule: dict(by) for rule, by in self.conflicts.items()},
             "mark_before": self.mark_before,
             "mark_after": self.mark_after,
+            "mark_reset": self.mark_reset,
             "run_id": self.run_id,
             "seconds": round(self.seconds, 4),
         }

@@ -2,19 +2,27 @@
 
 Each direction reads the entries of one device identity changed since its high-water mark on
 the side it reads (`tunecache.store.changes`), in one read transaction there (one snapshot),
-and writes them in one write transaction on the other side, through the batch path, each
-settled against the entry already there by `tunecache.fleet.rules`. A pull's mark is written in
-its own local transaction, so a pull killed at any point leaves the local cache as it was and
-the next one starts from the same mark; a push's mark is written locally after the fleet store
-committed, so a push killed between the two sends the same entries again, which the store then
-finds unchanged. The hot path is never involved: the resolver reads the local file only.
+a chunk at a time in change order, and writes them on the other side through the batch path,
+each settled against the entry already there by `tunecache.fleet.rules`.
+
+A pull commits each chunk in a local write transaction of its own, with that chunk's mark: the
+local writers (the Triton client, tuners) wait for one chunk, never for the whole read of the
+remote. Marks are monotonic, so a pull killed at any point leaves the local cache holding whole
+chunks, a prefix of the remote's changes, and a mark that never passes an uncommitted row: the
+next pull starts where the last committed chunk ended. A push writes in one transaction on the
+fleet store, and its mark locally after the store committed, so a push killed between the two
+sends the same entries again, which the store then finds unchanged. The hot path is never
+involved: the resolver reads the local file only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
+import warnings
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,7 +33,13 @@ from sqlalchemy import Connection
 from tunecache.cache import Cache, Transaction
 from tunecache.candidates import checksum
 from tunecache.device import Device
-from tunecache.errors import BadArgumentError, BadKeyError, BadRecordError, ReadOnlyStoreError
+from tunecache.errors import (
+    BadArgumentError,
+    BadKeyError,
+    BadRecordError,
+    ReadOnlyStoreError,
+    TunecacheWarning,
+)
 from tunecache.fleet.reports import DirectionReport, SyncReport, empty_conflicts, empty_counts
 from tunecache.fleet.rules import Settled, settle
 from tunecache.keys import Key, parse
@@ -106,6 +120,9 @@ class _Copied:
     conflicts: dict[str, dict[str, int]] = field(default_factory=empty_conflicts)
     run_id: int | None = None
 
+    #: whether the mark was reset to 0 (the side read is behind it)
+    reset: bool = False
+
     def report(
         self, direction: str, remote: str, device: str, before: int, start: float
     ) -> DirectionReport:
@@ -121,6 +138,7 @@ class _Copied:
             mark_after=self.last,
             run_id=self.run_id,
             seconds=time.perf_counter() - start,
+            mark_reset=self.reset,
         )
 
     @property
@@ -151,6 +169,25 @@ class _Marks:
         found = syncing.mark(self.conn, self.remote_id, self.device, direction)
         return found[1] if found is not None and found[0] == self.counted_in(direction) else 0
 
+    def start(self, direction: str, source: Connection) -> tuple[int, bool]:
+        """The number to read after on `source` (the side `direction` reads), and whether the
+        mark was reset (a pull's: a push reads the local cache, whose marks are restored with
+        it): a mark above the highest number `source` has given counts in a past
+        the side no longer holds (a store restored from a backup keeps its id), and read from
+        it the direction would skip every entry numbered up to it, so it reads from zero
+        (entries found equal are counted `unchanged`) and says so, once, as a warning."""
+        kept = self.get(direction)
+        highest = syncing.highest_change(source)
+        if kept <= highest:
+            return kept, False
+        warnings.warn(
+            f"sync {direction}: {self.remote} has given change numbers up to {highest} only, below "
+            f"the mark {kept} (restored from a backup?): reading every entry from zero",
+            TunecacheWarning,
+            stacklevel=4,
+        )
+        return 0, True
+
     def keep(self, direction: str, seq: int) -> None:
         """Keep `seq` as the mark of `direction`."""
         at = self.counted_in(direction)
@@ -169,26 +206,39 @@ class _Marks:
 def _pull(local: Cache, remote: Cache) -> DirectionReport:
     start = time.perf_counter()
     device = local.device.fingerprint
-    with remote.transaction() as rtx, local.transaction(write=True) as ltx:
-        rid, lid = syncing.store_id(rtx.conn), syncing.store_id(ltx.conn)
-        _refuse_itself(rid, lid, local)
-        marks = _Marks(ltx.conn, rid, lid, device, remote.where)
-        before = marks.get("pull")
-        own = ltx.device_id()
-        unpushed = own is not None and bool(
-            syncing.changed_after(ltx.conn, own, marks.get("push"), 1)
-        )
+    with remote.transaction() as rtx:
+        rid = syncing.store_id(rtx.conn)
+        with local.transaction() as ltx:
+            lid = syncing.store_id(ltx.conn)
+            _refuse_itself(rid, lid, local)
+            marks = _Marks(ltx.conn, rid, lid, device, remote.where)
+            before, reset = marks.start("pull", rtx.conn)
+            own = ltx.device_id()
+            unpushed = own is not None and bool(
+                syncing.changed_after(ltx.conn, own, marks.get("push"), 1)
+            )
+            stamp = syncing.highest_change(ltx.conn)
         source = rtx.device_id()
-        copied = _Copied(before)
+        copied = _Copied(before, reset=reset)
+        copier = _Copier(rtx.conn, None, "pull", remote.where, _HOST, per_chunk=local, stamp=stamp)
+
+        def marked(tx: Transaction, done: _Copied, last: bool) -> None:
+            here = _Marks(tx.conn, rid, lid, device, remote.where)
+            here.keep("pull", done.last)
+            if last and done.written and not unpushed and copier.alone:
+                # What the pull wrote came from the remote, and nothing else was written here
+                # meanwhile: nothing of it needs pushing back.
+                assert copier.device is not None
+                here.keep("push", syncing.latest_change(tx.conn, copier.device))
+
+        copier.committing = marked
         if source is not None:
-            copier = _Copier(rtx.conn, ltx, "pull", remote.where, _HOST)
             copied = copier.copy(source, before)
-        if copied.last != before:
-            marks.keep("pull", copied.last)
-        own = ltx.device_id()
-        if copied.written and not unpushed and own is not None:
-            # What the pull wrote came from the remote: nothing of it needs pushing back.
-            marks.keep("push", syncing.latest_change(ltx.conn, own))
+            copied.reset = reset
+        if reset and copied.last == before:
+            # Nothing to read from zero: the mark goes back to it all the same.
+            with local.transaction(write=True) as ltx:
+                _Marks(ltx.conn, rid, lid, device, remote.where).keep("pull", 0)
     return copied.report("pull", remote.where, device, before, start)
 
 
@@ -257,7 +307,8 @@ class _Copier:
     a chunk at a time, settling each against the entry there."""
 
     source: Connection
-    target: Transaction
+    #: the one write transaction of the copy (a push's), or None: one per chunk on `per_chunk`
+    target: Transaction | None
     direction: str
     #: where the entries written came from, as their origin rows say
     label: str
@@ -270,37 +321,84 @@ class _Copier:
     fresh: bool = False
     #: the checksums of the candidate lists met
     sums: dict[tuple[str, ...], str] = field(default_factory=dict)
+    #: the cache written a chunk at a time, each committed in a write transaction of its own
+    per_chunk: Cache | None = None
+    #: called in each chunk's transaction once it is written, with what was copied so far and
+    #: whether it is the last chunk (a pull keeps its mark there)
+    committing: Callable[[Transaction, _Copied, bool], None] | None = None
+    #: the highest change number of the side written, as this copy last saw it (per_chunk):
+    #: another number at the next chunk means another writer wrote in between
+    stamp: int | None = None
+    #: whether nothing but this copy wrote on the side written since `stamp` was first taken
+    alone: bool = True
 
     def copy(self, source_device: int, after: int) -> _Copied:
         """Copy every change of the source's device row numbered after `after`, a chunk at a
-        time. From a fleet store, the next chunk is read by a thread while this one is
-        written (the driver waits on the network without the GIL); a local source is read in
-        turn (its connection belongs to this thread)."""
+        time, in `target` or (per_chunk) in a write transaction per chunk."""
         copied = _Copied(after)
         numbers = syncing.change_numbers(self.source, source_device, after)
         if not numbers:
             return copied
-        self.device = self.target.device_id()
-        # A device with no entry here yet: no key of the source's can meet one.
-        self.fresh = self.device is None or not queries.count_entries(self.target.conn, self.device)
         bounds = [*numbers[CHUNK - 1 :: CHUNK], *numbers[-1:]]
         ranges = list(zip([after, *bounds], bounds, strict=False))
         ranges = [(a, b) for a, b in ranges if b > a]
+        first = True
+        with contextlib.closing(self._batches(source_device, ranges)) as batches:
+            for batch, upto in batches:
+                with self._transaction() as tx:
+                    self.target = tx
+                    self._look(first)
+                    first = False
+                    self._chunk(batch, copied)
+                    copied.last = upto
+                    last = upto == ranges[-1][1]
+                    if last and copied.run_id is not None:
+                        rows.set_run_notes(tx.conn, copied.run_id, self._notes(copied))
+                    if self.committing is not None:
+                        self.committing(tx, copied, last)
+                    if self.per_chunk is not None:
+                        self.stamp = syncing.highest_change(tx.conn)
+        return copied
+
+    def _transaction(self) -> contextlib.AbstractContextManager[Transaction]:
+        """The transaction the next chunk is written in."""
+        if self.per_chunk is not None:
+            return self.per_chunk.transaction(write=True)
+        assert self.target is not None
+        return contextlib.nullcontext(self.target)
+
+    def _look(self, first: bool) -> None:
+        """Before a chunk is written: find this device's row and whether it had no entry on
+        the side written (at the first chunk), and whether another writer wrote there since
+        the chunk before (per_chunk: then the entries here must be looked up again)."""
+        assert self.target is not None
+        conn = self.target.conn
+        if first:
+            self.device = self.target.device_id()
+            # A device with no entry here yet: no key of the source's can meet one.
+            self.fresh = self.device is None or not queries.count_entries(conn, self.device)
+        if self.per_chunk is not None and syncing.highest_change(conn) != self.stamp:
+            self.alone = False
+            self.fresh = self.device is None or not queries.count_entries(conn, self.device)
+
+    def _batches(
+        self, source_device: int, ranges: list[tuple[int, int]]
+    ) -> Generator[tuple[_Batch, int]]:
+        """The chunks of `ranges` read from the source, each with its upper bound. From a fleet
+        store the next chunk is read by a thread while this one is written (the driver waits
+        on the network without the GIL); a local source is read in turn (its connection
+        belongs to this thread)."""
         if self.source.dialect.name != "postgresql" or len(ranges) < 2:
             for a, b in ranges:
-                self._chunk(self._read(source_device, a, b), copied)
-        else:
-            with ThreadPoolExecutor(1, thread_name_prefix="tunecache-sync") as reader:
-                ahead = reader.submit(self._read, source_device, *ranges[0])
-                for following in [*ranges[1:], None]:
-                    batch = ahead.result()
-                    if following is not None:
-                        ahead = reader.submit(self._read, source_device, *following)
-                    self._chunk(batch, copied)
-        copied.last = ranges[-1][1] if ranges else after
-        if copied.run_id is not None:
-            rows.set_run_notes(self.target.conn, copied.run_id, self._notes(copied))
-        return copied
+                yield self._read(source_device, a, b), b
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="tunecache-sync") as reader:
+            ahead = reader.submit(self._read, source_device, *ranges[0])
+            for (_, b), following in zip(ranges, [*ranges[1:], None], strict=True):
+                batch = ahead.result()
+                if following is not None:
+                    ahead = reader.submit(self._read, source_device, *following)
+                yield batch, b
 
     def _read(self, source_device: int, after: int, upto: int) -> _Batch:
         """One chunk of the source: its entries, their candidate lists and runs."""
@@ -320,6 +418,7 @@ class _Copier:
     def _chunk(self, batch: _Batch, copied: _Copied) -> None:
         """Settle one chunk against the entries here, count what became of each, and write
         what is to be written."""
+        assert self.target is not None
         conn = self.target.conn
         incoming = batch.incoming
         copied.read += len(incoming)
@@ -353,10 +452,12 @@ class _Copier:
                 for w, (_, s) in zip(written, chosen, strict=True)
                 if s.fields_from == "incoming"
             ],
+            # Only the entries written with the incoming fields came from elsewhere: a merge
+            # that keeps the fields here keeps its origin (or its having none: this host's own).
             replacing=[
                 w.id
-                for w, (e, _) in zip(written, chosen, strict=True)
-                if (e.key, e.checksum) in here
+                for w, (e, s) in zip(written, chosen, strict=True)
+                if s.fields_from == "incoming" and (e.key, e.checksum) in here
             ],
         )
 
@@ -368,7 +469,7 @@ class _Copier:
     ) -> tuple[list[EntryWrite], list[str]]:
         """The rows to write for the entries `chosen`, with their runs copied here, and the
         origin host of each written with the incoming entry's fields, in order."""
-        assert self.device is not None
+        assert self.device is not None and self.target is not None
         conn = self.target.conn
         kept = [here[e.key, e.checksum].id for e, s in chosen if s.fields_from == "here"]
         theirs = {x.id: x for x in syncing.entries(conn, kept)}

@@ -19,8 +19,8 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.maintain.reports import Report, jsonable
-from tunecache.store import migrate, quarantine, queries, rows, schema, upkeep, wal
-from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS
+from tunecache.store import migrate, quarantine, queries, rows, schema, syncing, upkeep, wal
+from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS, utcnow
 
 __all__ = ["WAL_WARN_BYTES", "DoctorReport", "Problem", "doctor"]
 
@@ -94,6 +94,13 @@ def _deleting(table: Table) -> Callable[[Connection, list[Any]], None]:
         rows.delete_ids(conn, table, ids)
 
     return fix
+
+
+def _deleting_records(conn: Connection, ids: list[Any]) -> None:
+    """The repair that deletes the found timing records, each entry's change numbered first
+    (so a sync carries it: no trigger counts a record's deletion)."""
+    syncing.touch_record_entries(conn, ids, utcnow())
+    rows.delete_ids(conn, TIMING_RECORDS, ids)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -204,7 +211,7 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             "timing records that do not decode",
             "delete the records (the entries stay)",
             _unreadable_records(conn, progress),
-            _deleting(TIMING_RECORDS),
+            _deleting_records,
         )
     )
     return out

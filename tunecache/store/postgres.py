@@ -42,6 +42,7 @@ from tunecache.errors import (
     StoreUnreachableError,
 )
 from tunecache.store import urls
+from tunecache.store.changes import CHANGE_SEQUENCE
 from tunecache.store.engine import check_timeout, is_read, track
 from tunecache.store.models import Base
 
@@ -134,24 +135,31 @@ def make_engine(url: str, *, busy_timeout: float) -> Engine:
 
 
 def missing_privileges(conn: Connection) -> tuple[list[tuple[str, str]], bool]:
-    """The (table, privilege) pairs the connection's role lacks to write the store's tables
-    that exist, and whether every one of them exists (a store not yet created has none)."""
+    """The (table or sequence, privilege) pairs the connection's role lacks to write the
+    store's tables that exist (INSERT, UPDATE, DELETE) and to take numbers from the sequences
+    of their schema (USAGE: the rows' ids, the change numbers), and whether every table and
+    the change numbers' sequence exist (a store not yet created has none)."""
     names = sorted(Base.metadata.tables)
     found = conn.exec_driver_sql(
         "SELECT t, p, has_table_privilege(t, p) FROM unnest(%(tables)s::text[]) AS t, "
         "unnest(%(privileges)s::text[]) AS p WHERE to_regclass(t) IS NOT NULL",
         {"tables": names, "privileges": list(_WRITE_PRIVILEGES)},
     ).all()
-    present = {str(t) for t, _, _ in found}
-    missing = [(str(t), str(p)) for t, p, granted in found if not granted]
-    return missing, present == set(names)
+    sequences = conn.exec_driver_sql(
+        "SELECT c.relname, 'USAGE', has_sequence_privilege(c.oid, 'USAGE') FROM pg_class c "
+        "WHERE c.relkind = 'S' AND c.relnamespace = "
+        "(SELECT relnamespace FROM pg_class WHERE oid = to_regclass('entries'))"
+    ).all()
+    present = {str(t) for t, _, _ in [*found, *sequences]}
+    missing = [(str(t), str(p)) for t, p, granted in [*found, *sequences] if not granted]
+    return missing, present >= {*names, CHANGE_SEQUENCE}
 
 
 def message_for_privileges(conn: Connection, where: str, missing: list[tuple[str, str]]) -> str:
-    """One line saying which privileges the role lacks, on how many tables, and what it can
-    still do."""
+    """One line saying which privileges the role lacks, on how many tables and sequences, and
+    what it can still do."""
     role = conn.exec_driver_sql("SELECT current_user").scalar()
-    privileges = [p for p in _WRITE_PRIVILEGES if any(m == p for _, m in missing)]
+    privileges = [p for p in (*_WRITE_PRIVILEGES, "USAGE") if any(m == p for _, m in missing)]
     tables = sorted({t for t, _ in missing})
     shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
     return (

@@ -17,6 +17,8 @@ moved aside (store/quarantine.py), `salvage` builds its replacement in a file of
   row whose reference is gone goes too (or loses the reference, where the schema says SET NULL),
   so an entry whose key, device or candidate set was lost is dropped and counted as lost, never
   half-kept. An entry whose timing record alone was lost keeps its decision without the evidence.
+- Sync's high-water marks are not copied (`NOT_SALVAGED`): the copy may have lost entries a
+  mark has moved past, so its next sync starts from zero and brings them back.
 - The replacement is checked (`integrity_check`, `foreign_key_check`) and synced before the
   caller swaps it in; until then the damaged file is untouched.
 
@@ -43,7 +45,15 @@ from tunecache.errors import SchemaTooNewError, StoreError
 from tunecache.store import migrate
 from tunecache.store.engine import busy_errors, is_busy, make_engine
 
-__all__ = ["SALVAGE_NOTE", "CannotSalvage", "Salvage", "is_corrupt", "salvage", "side_files"]
+__all__ = [
+    "NOT_SALVAGED",
+    "SALVAGE_NOTE",
+    "CannotSalvage",
+    "Salvage",
+    "is_corrupt",
+    "salvage",
+    "side_files",
+]
 
 #: the file, in a quarantine folder, that records what the salvage of that cache kept
 SALVAGE_NOTE = "SALVAGE.json"
@@ -56,6 +66,9 @@ _PASSING_CODES = (
     "SQLITE_READONLY",
     "SQLITE_PERM",
 )
+#: the tables a salvaged copy starts empty: sync's high-water marks (a mark would skip, at the
+#: next pull, the entries this copy lost; from zero, a pull reads them all and adds them back)
+NOT_SALVAGED = frozenset({"sync_marks"})
 _MIN_ROWID = -(2**63)
 _MAX_ROWID = 2**63 - 1
 # Rows copied per INSERT batch, so a table of any size is copied in bounded memory.
@@ -255,7 +268,7 @@ def _fill(src: sqlite3.Connection, dst: sqlite3.Connection, tables: Sequence[str
     exact: dict[str, bool] = {}
     skipped: list[str] = []
     for table in tables:
-        if table not in present:
+        if table not in present or table in NOT_SALVAGED:
             continue
         columns = [c for c in _columns(dst, table) if c in set(_columns(src, table))]
         counted = _count(src, table)

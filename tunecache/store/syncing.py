@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select, update
 
 from tunecache.store import models as tables
 from tunecache.store import queries
@@ -32,11 +32,13 @@ __all__ = [
     "entries",
     "entries_between",
     "entries_of_keys",
+    "highest_change",
     "latest_change",
     "mark",
     "runs",
     "set_mark",
     "store_id",
+    "touch_record_entries",
     "write_origins",
 ]
 
@@ -206,6 +208,27 @@ def change_numbers(conn: Connection, device: int, after: int) -> list[int]:
             .order_by(_CH.c.seq)
         )
     ]
+
+
+def highest_change(conn: Connection) -> int:
+    """The highest change number this database has given, of any device (0 before any): on
+    SQLite its counter, which counts pruned entries too; on PostgreSQL the highest held (the
+    sequence needs a privilege a read-only role may lack), so pruning the newest entries
+    lowers it."""
+    if conn.dialect.name == "sqlite":
+        found = conn.execute(select(SYNC_STORE.c.seq)).scalar()
+    else:
+        found = conn.execute(select(func.max(_CH.c.seq))).scalar()
+    return 0 if found is None else int(found)
+
+
+def touch_record_entries(conn: Connection, record_ids: Sequence[int], now: datetime) -> None:
+    """Give the entries of these timing records a new change number (their `updated_at` set
+    to `now`), before the records are deleted: a record's deletion alone is no write of an
+    entry, and no trigger would count it, so no sync would ever carry it."""
+    for part in queries.chunks(sorted(set(record_ids))):
+        owners = select(_T.c.entry_id).where(_T.c.id.in_(part)).scalar_subquery()
+        conn.execute(update(_E).where(_E.c.id.in_(owners)).values(updated_at=now))
 
 
 def latest_change(conn: Connection, device: int) -> int:

@@ -15,10 +15,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """Sync this device's entries between the local cache and a fleet store: pull copies the
     store's entries of this device identity (decisions, timing records, verdicts, models and
     runs) into the local cache, push sends the local ones with their evidence, and no direction
-    both (push, then pull). Only what changed since the last sync with that store is read; each
-    direction is all or nothing; where both sides decided a key, evidence decides
-    (docs/fleet.md). The remote is --remote, else $TUNECACHE_REMOTE. The local side is always
-    the local cache file (--db, --root, or the device's own), never $TUNECACHE_URL."""
+    both (push, then pull). Only what changed since the last sync with that store is read; a push
+    is all or nothing, a pull commits whole chunks with their mark (a pull cut short keeps
+    them, and the next one goes on from there); where both sides decided a key, evidence
+    decides (docs/fleet.md). The remote is --remote, else $TUNECACHE_REMOTE. The local side is
+    always the local cache file (--db, --root, or the device's own), never $TUNECACHE_URL."""
     from tunecache.cache import Cache
     from tunecache.fleet import open_remote, sync
 
