@@ -69,6 +69,9 @@ _PASSING_CODES = (
 #: the tables a salvaged copy starts empty: sync's high-water marks (a mark would skip, at the
 #: next pull, the entries this copy lost; from zero, a pull reads them all and adds them back)
 NOT_SALVAGED = frozenset({"sync_marks"})
+# Tables revision 0006's triggers write as entries and verdicts are written (tunecache.store.
+# changes): copied after every other table.
+_NUMBERED_LAST = frozenset({"entry_changes", "sync_store"})
 _MIN_ROWID = -(2**63)
 _MAX_ROWID = 2**63 - 1
 # Rows copied per INSERT batch, so a table of any size is copied in bounded memory.
@@ -267,9 +270,13 @@ def _fill(src: sqlite3.Connection, dst: sqlite3.Connection, tables: Sequence[str
     held: dict[str, int] = {}
     exact: dict[str, bool] = {}
     skipped: list[str] = []
-    for table in tables:
+    # Sync's change numbers last, in place of what the triggers wrote while entries and
+    # verdicts were copied: the copy keeps the numbers its rows had.
+    for table in sorted(tables, key=lambda name: name in _NUMBERED_LAST):
         if table not in present or table in NOT_SALVAGED:
             continue
+        if table in _NUMBERED_LAST:
+            dst.execute(f"DELETE FROM {_quote(table)}")
         columns = [c for c in _columns(dst, table) if c in set(_columns(src, table))]
         counted = _count(src, table)
         read, gaps = _copy(src, dst, table, columns)
