@@ -138,6 +138,9 @@ def test_urls_are_masked() -> None:
     assert shown == "postgresql+psycopg://me:***@db.example/fleet?sslpassword=***&host=/run/x"
     assert urls.scrub(f"failed for {url}: s3cr@t k3y", url).count("***") == 4
     assert urls.mask("postgresql+psycopg://me@/fleet") == "postgresql+psycopg://me@/fleet"
+    # A query secret as written, not only decoded: "+" and lower-case escapes.
+    written = "postgresql+psycopg://me@/fleet?password=a+b&sslpassword=x%2fy"
+    assert urls.scrub("saw a+b and x%2fy", written) == "saw *** and ***"
 
 
 @pytest.mark.parametrize("secret", ["Sup3r/Secret", "s3c#ret", "a?b=c", "Head7@tail9", "x:y"])

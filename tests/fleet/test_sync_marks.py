@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -144,3 +145,30 @@ def test_a_role_that_may_write_the_tables_but_not_number_changes_fails_in_one_li
     message = str(raised.value)
     assert "\n" not in message and "USAGE privilege on" in message and "_seq" in message
     assert "INSERT" not in message and "***" in message
+
+
+def test_deleting_the_newest_entry_of_a_fleet_store_is_no_restore(
+    pg: PgSchema, device: Device, local_at: Callable[..., Cache]
+) -> None:
+    # A prune of the store's newest entries lowers the highest number its entries hold; the
+    # sequence that gave them does not go back, so no host takes the prune for a restore and
+    # reads the whole store again.
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    with Cache.open(url=pg.url, device=device) as remote:
+        remote.put_many([entry(i) for i in range(5)])
+        host = local_at("host")
+        assert fleet.sync(host, remote, direction="pull").directions[0].read == 5
+        engine = create_engine(pg.url, poolclass=NullPool)
+        with engine.begin() as conn:
+            newest = "SELECT entry_id FROM entry_changes ORDER BY seq DESC LIMIT 1"
+            conn.execute(text(f"DELETE FROM entries WHERE id = ({newest})"))
+        engine.dispose()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TunecacheWarning)
+            pulled = fleet.sync(host, remote, direction="pull").directions[0]
+        assert (pulled.read, pulled.mark_reset) == (0, False)
+    # A role that may not read the sequence still pulls, from what the entries hold.
+    with Cache.open(url=pg.ro_url, device=device) as reader:
+        assert fleet.sync(local_at("reader"), reader, direction="pull").directions[0].read == 4

@@ -59,6 +59,22 @@ def test_a_claim_taken_over_is_not_confirmed_and_a_lapsed_one_is_claimed_again(
     assert a.last("never claimed") is None
 
 
+def test_a_key_another_tuner_took_over_and_let_go_of_is_lost_not_claimed_again(
+    cache: Cache, clock: Clock
+) -> None:
+    # a's claim lapsed; b took the key over, tuned it, wrote its entry and let go: what a
+    # benched is older than what b wrote, and is not written over it.
+    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    assert a.claim(KEY).taken
+    clock.advance(31)
+    assert b.claim(KEY).taken
+    b.release(KEY)
+    with pytest.raises(ClaimLost, match="host-b pid"):
+        a.confirm(KEY)
+    holder = b.holder(KEY)
+    assert holder is None or holder.host == "host-b"  # a did not claim it back
+
+
 def test_renewals_that_keep_failing_are_warned_of_once(
     cache: Cache, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,11 +14,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    bindparam,
+    delete,
+    exc,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 
 from tunecache.store import models as tables
 from tunecache.store import queries
-from tunecache.store.changes import ENTRY_CHANGES, ENTRY_ORIGINS, SYNC_MARKS, SYNC_STORE
+from tunecache.store.changes import (
+    CHANGE_SEQUENCE,
+    ENTRY_CHANGES,
+    ENTRY_ORIGINS,
+    SYNC_MARKS,
+    SYNC_STORE,
+)
 from tunecache.store.prepared import Lookup, Prepared
 from tunecache.store.values import TIMING_VALUES, RecordRow, TimingRow, VerdictFacts
 
@@ -212,14 +229,23 @@ def change_numbers(conn: Connection, device: int, after: int) -> list[int]:
 
 def highest_change(conn: Connection) -> int:
     """The highest change number this database has given, of any device (0 before any): on
-    SQLite its counter, which counts pruned entries too; on PostgreSQL the highest held (the
-    sequence needs a privilege a read-only role may lack), so pruning the newest entries
-    lowers it."""
+    SQLite its counter, which counts pruned entries too; on PostgreSQL its sequence's, where
+    the role may read it, else the highest held (which pruning the newest entries lowers)."""
     if conn.dialect.name == "sqlite":
         found = conn.execute(select(SYNC_STORE.c.seq)).scalar()
-    else:
-        found = conn.execute(select(func.max(_CH.c.seq))).scalar()
-    return 0 if found is None else int(found)
+        return 0 if found is None else int(found)
+    held = conn.execute(select(func.max(_CH.c.seq))).scalar()
+    try:
+        # The sequence's own last number, which no deletion lowers, where the role may read it.
+        with conn.begin_nested():
+            given = conn.execute(  # a constant name, no value of anyone's
+                text(
+                    f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {CHANGE_SEQUENCE}"
+                )
+            ).scalar()
+    except exc.DBAPIError:
+        given = None
+    return max(int(held or 0), int(given or 0))
 
 
 def touch_record_entries(conn: Connection, record_ids: Sequence[int], now: datetime) -> None:

@@ -94,6 +94,10 @@ def secrets(url: str) -> tuple[str, ...]:
     for key, value in urllib.parse.parse_qsl(parts["query"] or "", keep_blank_values=True):
         if key.lower() in _SECRET_PARAMETERS and value:
             found += [value, urllib.parse.quote(value, safe="")]
+    for pair in (parts["query"] or "").split("&"):  # each as written too ("a+b", "x%2fy")
+        name, _, written = pair.partition("=")
+        if urllib.parse.unquote_plus(name).lower() in _SECRET_PARAMETERS and written:
+            found.append(written)
     # The longest first: a secret that contains another is taken out whole.
     return tuple(sorted({s for s in found if s}, key=len, reverse=True))
 

@@ -255,7 +255,8 @@ class Claims:
         """Make sure this holder still has `key`'s claim before it writes what it tuned: a
         claim that lapsed with nobody taking it is claimed again; ClaimLost where another live
         holder has the key now (one read, and a write only where the claim lapsed). A key this
-        holder never claimed (or released) is not its to confirm: nothing is read."""
+        holder never claimed (or released) is not its to confirm: nothing is read. A key another
+        holder claimed since, even one that has let go of it, is lost: its result is newer."""
         from tunecache.store import claims as sql
 
         with self._lock:
@@ -268,6 +269,13 @@ class Claims:
         now = _instant(self.clock())
         if found is not None and found.token == self.token and found.expires_at > now:
             return  # still ours
+        if found is not None and found.token != self.token:
+            # Another tuner held the key since (held it still, or tuned it and let go): what
+            # it wrote is newer than what this one benched.
+            with self._lock:
+                self._held.discard(key)
+                self._lost.discard(key)
+            raise ClaimLost(key, found)
         claim = self.claim(key)
         if not claim.taken:
             assert claim.holder is not None
