@@ -20,6 +20,19 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def python_output(code: str, env: dict[str, str] | None = None) -> str:
+    """What `python -c code` prints, run in a fresh interpreter from the checkout's root
+    (with `env` as its whole environment, if given); a failure raises with its output."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    )
+    return done.stdout
+
+
 # CI shares its machine with other work: a property test must fail for what it checks, never for
 # one example that ran slow (Hypothesis's default 200 ms deadline would make that a flaky error).
 settings.register_profile("tunecache", deadline=None)

@@ -12,7 +12,7 @@ import pytest
 
 import tunecache
 from tests import tune_models as tm
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python_output
 from tunecache import config, identity, pools, tune
 from tunecache._version import __version__
 from tunecache.cache import Cache
@@ -225,15 +225,7 @@ def test_the_resolver_settles_its_identity_without_threadpoolctl() -> None:
         "print(' '.join(sys.modules))\n"
     )
     env = {"TUNECACHE_CLIENT": "myrt", "TUNECACHE_CLIENT_VERSION": "2.0", "TUNECACHE_THREADS": "3"}
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**__import__("os").environ, **env},
-    )
-    path, modules = done.stdout.splitlines()
+    path, modules = python_output(probe, {**__import__("os").environ, **env}).splitlines()
     assert "/tune/2.0/" in path and path.endswith("-t3/cache.db")
     loaded = {m.split(".")[0] for m in modules.split()}
     assert not loaded & {"threadpoolctl", "sqlalchemy", "alembic", "numpy"}

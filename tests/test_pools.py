@@ -4,8 +4,6 @@ tuner's one warning about pools of different sizes."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import warnings
 from typing import Any
 
@@ -15,7 +13,7 @@ import threadpoolctl  # type: ignore[import-untyped]  # no stubs, no py.typed
 
 import tunecache
 from tests import tune_models as tm
-from tests.conftest import ROOT
+from tests.conftest import python_output
 from tunecache import identity, pools, tune
 from tunecache.errors import TunecacheWarning
 
@@ -55,10 +53,7 @@ def test_before_any_blas_is_loaded_threadpoolctl_is_not_imported(
         "assert d.threads == identity.usable_cpus(), d\n"
         "print(identity.settle()[2], 'threadpoolctl' in sys.modules, 'numpy' in sys.modules)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    assert done.stdout.split() == ["usable", "CPUs", "False", "False"]
+    assert python_output(probe).split() == ["usable", "CPUs", "False", "False"]
 
 
 def test_before_a_blas_loads_the_environment_says_what_its_pool_will_run() -> None:
@@ -71,15 +66,8 @@ def test_before_a_blas_loads_the_environment_says_what_its_pool_will_run() -> No
         "print(tunecache.detect().threads, identity.settle()[2])\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in pools.SETTINGS}
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**env, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "2"},
-    )
-    assert done.stdout.splitlines() == ["1 OPENBLAS_NUM_THREADS", "1 the BLAS pools"]
+    printed = python_output(probe, {**env, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "2"})
+    assert printed.splitlines() == ["1 OPENBLAS_NUM_THREADS", "1 the BLAS pools"]
 
 
 def test_a_setting_numpys_openblas_ignores_predicts_nothing() -> None:
@@ -94,15 +82,7 @@ def test_a_setting_numpys_openblas_ignores_predicts_nothing() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k not in pools.SETTINGS}
     for var in ("MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-        done = subprocess.run(
-            [sys.executable, "-c", probe],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-            env={**env, var: "1"},
-        )
-        before, after = done.stdout.splitlines()
+        before, after = python_output(probe, {**env, var: "1"}).splitlines()
         assert before.split(" ", 1)[1] == "usable CPUs", var
         assert before.split()[0] == after, var  # one folder, before numpy and after
 

@@ -5,15 +5,13 @@ changes."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 import tunecache
-from tests.conftest import ROOT
+from tests.conftest import python_output
 from tunecache import make_key
 from tunecache.dispatch import Tunable
 from tunecache.errors import TunecacheWarning
@@ -91,15 +89,7 @@ def test_the_environment_configures_a_process(_isolated_cache_root: Path) -> Non
     env["TUNECACHE_THREADS"] = "2"
 
     def run(**extra: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", probe],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-            env={**env, **extra},
-        )
-        return done.stdout.strip()
+        return python_output(probe, {**env, **extra}).strip()
 
     assert run() == "fast"
     assert run(TUNECACHE_DISABLE="1") == "slow"

@@ -25,6 +25,7 @@ from tunecache import dispatch, resolve
 from tunecache.cache import Cache
 from tunecache.dispatch import ProfileRow
 from tunecache.tune import TuneReport
+from tunecache.tune.claims import Claims, Holder
 from tunecache.tune.model import Model
 from tunecache.tune.options import session_options
 from tunecache.tune.profiling import Profiler
@@ -197,3 +198,20 @@ def lock_seen(path: Path) -> str:
         [sys.executable, "-c", _TRY_LOCK, str(path)], capture_output=True, check=True
     )
     return done.stdout.decode().strip()
+
+
+def always_alive(holder: Holder) -> bool:
+    """A liveness check that sees every holder's process alive (as from another host)."""
+    return True
+
+
+def claims_on(cache: Cache, clock: Clock, host: str, ttl: float = 30.0) -> Claims:
+    """A holder on `host` whose processes are never seen (as from another host), on `clock`."""
+    return Claims(cache, ttl=ttl, clock=clock, timer=clock, host=host, alive=always_alive)
+
+
+def epoch_clock() -> Clock:
+    """A wall clock at a plausible epoch second that moves only when told."""
+    moment = Clock()
+    moment.advance(1.8e9)
+    return moment

@@ -17,7 +17,16 @@ import pytest
 
 from tests import tune_models as tm
 from tests.tune.claims_child import benches, spawn, tune_at_once
-from tests.tune.support import NORM, NORM_NAMES, TOTAL, Clock, lock_seen
+from tests.tune.support import (
+    NORM,
+    NORM_NAMES,
+    TOTAL,
+    Clock,
+    always_alive,
+    claims_on,
+    epoch_clock,
+    lock_seen,
+)
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.cli.options import TUNE, add_options, option_values
@@ -35,25 +44,14 @@ def _never_alive(holder: Holder) -> bool:
     return False
 
 
-def _always_alive(holder: Holder) -> bool:
-    return True
-
-
-def _claims(cache: Cache, clock: Clock, host: str, ttl: float = 30.0) -> Claims:
-    """A holder on `host` whose processes are never seen (as from another host)."""
-    return Claims(cache, ttl=ttl, clock=clock, timer=clock, host=host, alive=_always_alive)
-
-
 @pytest.fixture
 def clock() -> Clock:
     """A wall clock at a plausible epoch second that moves only when told."""
-    moment = Clock()
-    moment.advance(1.8e9)
-    return moment
+    return epoch_clock()
 
 
 def test_a_live_claim_keeps_the_key_from_another_tuner(cache: Cache, clock: Clock) -> None:
-    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    a, b = claims_on(cache, clock, "host-a"), claims_on(cache, clock, "host-b")
     assert a.claim(KEY) == (KEY, True, None)
     refused = b.claim(KEY)
     assert not refused.taken and refused.holder is not None
@@ -64,7 +62,7 @@ def test_a_live_claim_keeps_the_key_from_another_tuner(cache: Cache, clock: Cloc
 
 
 def test_a_claim_expires_unless_its_holder_renews_it(cache: Cache, clock: Clock) -> None:
-    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    a, b = claims_on(cache, clock, "host-a"), claims_on(cache, clock, "host-b")
     a.claim(KEY)
     clock.advance(20)
     assert a.renew() == 1  # now it stands until 20 + 30
@@ -78,7 +76,7 @@ def test_a_claim_expires_unless_its_holder_renews_it(cache: Cache, clock: Clock)
 
 
 def test_a_release_frees_the_key_and_says_who_tuned_it_last(cache: Cache, clock: Clock) -> None:
-    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    a, b = claims_on(cache, clock, "host-a"), claims_on(cache, clock, "host-b")
     a.claim(KEY)
     a.claim(TOTAL.text)
     a.release(KEY)
@@ -95,14 +93,14 @@ def test_each_device_identity_claims_its_own_keys(
 ) -> None:
     other = Cache.open(device=device.with_threads(8), path=cache.path)
     try:
-        assert _claims(cache, clock, "host-a").claim(KEY).taken
-        assert _claims(other, clock, "host-b").claim(KEY).taken
+        assert claims_on(cache, clock, "host-a").claim(KEY).taken
+        assert claims_on(other, clock, "host-b").claim(KEY).taken
     finally:
         other.close()
 
 
 def test_a_wait_ends_at_its_deadline_naming_the_holder(cache: Cache, clock: Clock) -> None:
-    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    a, b = claims_on(cache, clock, "host-a"), claims_on(cache, clock, "host-b")
     a.claim(KEY)
     heard: list[Holder] = []
     waited = b.wait(KEY, 5.0, sleep=clock.advance, poll=1.0, waiting=heard.append)
@@ -136,7 +134,7 @@ def test_renewing_renews_from_a_thread_and_releases_at_the_end(cache: Cache) -> 
         while (now := claims.last(KEY)) is not None and now.expires_at == first.expires_at:
             pass  # until the thread's beat moves the expiry on
     assert claims.held == frozenset()
-    assert Claims(cache, alive=_always_alive).claim(KEY).taken
+    assert Claims(cache, alive=always_alive).claim(KEY).taken
 
 
 def test_a_killed_tuners_claim_goes_at_once_on_its_host_and_at_expiry_elsewhere(
@@ -151,9 +149,9 @@ def test_a_killed_tuners_claim_goes_at_once_on_its_host_and_at_expiry_elsewhere(
     holder = elsewhere.last(KEY)
     assert holder is not None and holder.pid == child.pid and holder.host == platform.node()
     clock.now = holder.expires_at.timestamp() - 1
-    assert not Claims(cache, clock=clock, alive=_always_alive).claim(KEY).taken
+    assert not Claims(cache, clock=clock, alive=always_alive).claim(KEY).taken
     clock.now = holder.expires_at.timestamp() + 1
-    assert Claims(cache, clock=clock, alive=_always_alive).claim(KEY).taken
+    assert Claims(cache, clock=clock, alive=always_alive).claim(KEY).taken
     # On its own host, a gone process's claim is taken over at once.
     with spawn("hold", str(cache.path), TOTAL.text) as (child, out):
         assert out.readline().startswith("claimed")

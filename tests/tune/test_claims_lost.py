@@ -14,35 +14,25 @@ import pytest
 
 from tests import tune_models as tm
 from tests.tune.claims_child import spawn
-from tests.tune.support import NORM, NORM_NAMES, Clock
+from tests.tune.support import NORM, NORM_NAMES, Clock, always_alive, claims_on, epoch_clock
 from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.errors import StoreError, TunecacheWarning
-from tunecache.tune.claims import FAILED_BEATS, ClaimLost, Claims, Holder
+from tunecache.tune.claims import FAILED_BEATS, ClaimLost, Claims
 
 KEY = NORM.text
-
-
-def _always_alive(holder: Holder) -> bool:
-    return True
-
-
-def _claims(cache: Cache, clock: Clock, host: str, ttl: float = 30.0) -> Claims:
-    return Claims(cache, ttl=ttl, clock=clock, timer=clock, host=host, alive=_always_alive)
 
 
 @pytest.fixture
 def clock() -> Clock:
     """A wall clock at a plausible epoch second that moves only when told."""
-    moment = Clock()
-    moment.advance(1.8e9)
-    return moment
+    return epoch_clock()
 
 
 def test_a_claim_taken_over_is_not_confirmed_and_a_lapsed_one_is_claimed_again(
     cache: Cache, clock: Clock
 ) -> None:
-    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    a, b = claims_on(cache, clock, "host-a"), claims_on(cache, clock, "host-b")
     assert a.claim(KEY).taken and a.claim("other").taken
     clock.advance(31)  # a's renewals failed: both claims lapsed
     assert b.claim(KEY).taken
@@ -64,7 +54,7 @@ def test_a_key_another_tuner_took_over_and_let_go_of_is_lost_not_claimed_again(
 ) -> None:
     # a's claim lapsed; b took the key over, tuned it, wrote its entry and let go: what a
     # benched is older than what b wrote, and is not written over it.
-    a, b = _claims(cache, clock, "host-a"), _claims(cache, clock, "host-b")
+    a, b = claims_on(cache, clock, "host-a"), claims_on(cache, clock, "host-b")
     assert a.claim(KEY).taken
     clock.advance(31)
     assert b.claim(KEY).taken
@@ -100,8 +90,8 @@ def test_a_wait_measures_its_deadline_on_its_timer_not_the_wall_clock(
     cache: Cache, clock: Clock
 ) -> None:
     timer = Clock()
-    a = Claims(cache, ttl=1e6, clock=clock, timer=timer, host="host-a", alive=_always_alive)
-    b = Claims(cache, ttl=1e6, clock=clock, timer=timer, host="host-b", alive=_always_alive)
+    a = Claims(cache, ttl=1e6, clock=clock, timer=timer, host="host-a", alive=always_alive)
+    b = Claims(cache, ttl=1e6, clock=clock, timer=timer, host="host-b", alive=always_alive)
     a.claim(KEY)
     slept: list[float] = []
 
@@ -119,7 +109,7 @@ def test_a_tuner_whose_claim_was_taken_over_writes_nothing_for_the_key(
 ) -> None:
     benching = importlib.import_module("tunecache.tune.benching")
     real = benching.gather
-    other = Claims(cache_at(cache.path), clock=lambda: time.time() + 1e4, alive=_always_alive)
+    other = Claims(cache_at(cache.path), clock=lambda: time.time() + 1e4, alive=always_alive)
 
     def lapsing(session: Any, heavy: Any, *args: Any, **kwargs: Any) -> Any:
         found = real(session, heavy, *args, **kwargs)
