@@ -85,8 +85,9 @@ def sourced(args: argparse.Namespace) -> tuple[Any, dict[str, str], str | None]:
     from tunecache import triton
 
     found = triton.gpu_device(args.gpu)
-    named_all = ("cpu", "threads", "accelerator", "client", "client_version")
-    return found, dict.fromkeys(named_all, "argument"), None
+    from tunecache.identity import CHECKED_FIELDS
+
+    return found, dict.fromkeys(CHECKED_FIELDS, "argument"), None
 
 
 def location(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tunecache.errors import TunecacheWarning
-from tunecache.store import schema
 
 __all__ = ["Busy", "Reader"]
 
@@ -212,6 +211,8 @@ class Reader:
         return conn
 
     def _check(self, conn: sqlite3.Connection) -> None:
+        from tunecache.store import schema  # on a first connection, not on import
+
         views = dict(
             conn.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'view' AND name IN (?, ?, ?)",

@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 from sqlalchemy import exc
 
 from tunecache.errors import SchemaTooNewError, StoreError
+from tunecache.paths import sqlite_uri
 from tunecache.store import migrate
 from tunecache.store.engine import busy_errors, is_busy, make_engine
 
@@ -196,8 +196,7 @@ def _passes(error: BaseException) -> bool:
 
 
 def _open_source(source: Path, busy_timeout: float) -> sqlite3.Connection:
-    # Bytes through os.fsencode: a path that is not UTF-8 still names its file.
-    uri = "file:" + urllib.parse.quote(os.fsencode(source.absolute())) + "?mode=ro"
+    uri = sqlite_uri(source, mode="ro")  # a path that is not UTF-8 still names its file
     with busy_errors(source, busy_timeout):
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
         # Checks each cell's size as a page is read: a scribbled page fails where it is, instead

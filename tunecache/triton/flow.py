@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice, ConfigSet, all_kwargs
 from tunecache.triton.keys import same_specialization
-from tunecache.triton.state import DeviceState, KernelStore, OldEntry, Target, WarnOnce
+from tunecache.triton.state import (
+    DeviceState,
+    KernelStore,
+    OldEntry,
+    Target,
+    WarnOnce,
+    loaded_writer,
+)
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
@@ -54,11 +61,9 @@ def _quiet() -> None:
     the writer was ever loaded: a store it is creating reads as damaged until its schema
     commits (the resolver would answer the heuristic for good). Only the first process of a
     device ever waits, for the time Cache takes to create the store."""
-    import sys
-
-    module = sys.modules.get("tunecache.triton.writer")
-    if module is not None:
-        module.WRITER.quiet()
+    writer = loaded_writer()
+    if writer is not None:
+        writer.quiet()
 
 
 class Flow:

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from tunecache.resolve import Answer, Table
     from tunecache.triton.writer import Destination
 
-__all__ = ["DeviceState", "KernelStore", "OldEntry", "Previous", "Target", "WarnOnce"]
+__all__ = [
+    "DeviceState",
+    "KernelStore",
+    "OldEntry",
+    "Previous",
+    "Target",
+    "WarnOnce",
+    "loaded_writer",
+]
 
 #: an entry of a key tuned against another config list: (entry id, config list, choice)
 OldEntry = tuple[int, tuple[str, ...], str]
@@ -121,7 +129,7 @@ class Target:
         self.sum = checksum(names)
 
 
-def _loaded_writer() -> Any:
+def loaded_writer() -> Any:
     """This process's writer if its module is loaded, else None: then nothing was queued, and
     a warm process that only meets stored keys never loads it."""
     module = sys.modules.get("tunecache.triton.writer")
@@ -144,7 +152,7 @@ class KernelStore:
         # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
         root = None if options.path is not None else paths.cache_root(device.client, options.root)
         state = DeviceState(index, device, StoreReader(db, device.fingerprint), root)
-        writer = _loaded_writer()
+        writer = loaded_writer()
         if writer is not None:
             # Another kernel of this process may have decisions for this store on their way:
             # this one sees them, as it sees every other process's (a few ms, and only then).

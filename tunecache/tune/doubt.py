@@ -46,7 +46,9 @@ __all__ = [
     "contended",
     "doubt",
     "predicted_gain",
+    "rebenched",
     "rebenches",
+    "reuse",
     "too_slow_for",
     "trial_doubt",
     "unstable",
@@ -73,6 +75,31 @@ def rebenches(record: TimingRecord) -> int:
     """How many times the key's evidence was benched again for doubt, up to this record."""
     count = record.settings.get("rebench")
     return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def reuse(
+    previous: TimingRecord, rebench: int, *, anyway: bool = False
+) -> tuple[str | None, int, str | None]:
+    """Whether a stored record is reused rather than benched again: its doubt (None: none),
+    how many times it was benched again for doubt, and, where it is reused (no doubt, the
+    `rebench` bound reached, or `anyway`), the note that says so ("" without doubt), else None.
+    The tuner's rule and the op-level tuner's (`tunecache.tune.ops`)."""
+    why, count = doubt(previous), rebenches(previous)
+    if why is None or count >= rebench or anyway:
+        return (
+            why,
+            count,
+            "" if why is None else f"reused, though {why} (benched again {count} times)",
+        )
+    return why, count, None
+
+
+def rebenched(record: TimingRecord, why: str | None, count: int) -> tuple[TimingRecord, str]:
+    """A fresh bench's record, marked as the `count + 1`-th bench again for `why` where it was
+    one, and the note that says so ("" where it was not)."""
+    if why is None:
+        return record, ""
+    return with_settings(record, rebench=count + 1, rebenched_for=why), f"benched again: {why}"
 
 
 def contended(waited: float | None) -> str | None:

@@ -279,16 +279,15 @@ def _claimed_key(
     previous = None if stored is None else cache.record(stored)
     why, count = None, 0
     if previous is not None and not options.retune:
-        why, count = doubt.doubt(previous), doubt.rebenches(previous)
-        if why is None or count >= options.rebench:
+        why, count, reused = doubt.reuse(previous, options.rebench)
+        if reused is not None:
             assert stored is not None
-            note = "" if why is None else f"reused, though {why} (benched again {count} times)"
             return OpOutcome(
                 action="kept",
                 choice=stored.choice,
                 speedup=_speedup(previous, stored.choice, heuristic),
                 entry_id=stored.id,
-                note=note,
+                note=reused,
                 **said,
             )
     heavy = Heavy(key, op, Captured(op, *call), {}, 1.0)
@@ -296,9 +295,7 @@ def _claimed_key(
         result = bench_candidates(
             op, key, bound_calls(heavy), previous, options.key_budget, options.bench_options
         )
-    record = result.record
-    if why is not None:
-        record = doubt.with_settings(record, rebench=count + 1, rebenched_for=why)
+    record, rebench_note = doubt.rebenched(result.record, why, count)
     refusals: dict[str, Any] = {
         "wrong": refused_in(record, WRONG),
         "too_slow": refused_in(record, TOO_SLOW),
@@ -328,7 +325,7 @@ def _claimed_key(
         speedup=speedup,
         entry_id=entry,
         bench_stopped=result.stopped,
-        doubt="" if why is None else f"benched again: {why}",
+        doubt=rebench_note,
         note=_raised(result.errors, "" if result.complete else "the key's budget ended its bench"),
         **refusals,
         **said,

@@ -71,16 +71,12 @@ def gather(session: Session, heavy: Heavy, stored: Entry | None, current: str) -
     previous = None if stored is None else session.cache.record(stored)
     why, count = None, 0
     if previous is not None and not session.options.retune:
-        why, count = doubt.doubt(previous), doubt.rebenches(previous)
-        if why is None or count >= session.options.rebench or session.reuses(heavy.key.text):
-            said = "" if why is None else f"reused, though {why} (benched again {count} times)"
-            return _lent(session, heavy, previous, said, current)
+        anyway = session.reuses(heavy.key.text)
+        why, count, reused = doubt.reuse(previous, session.options.rebench, anyway=anyway)
+        if reused is not None:
+            return _lent(session, heavy, previous, reused, current)
     result = _bench(session, heavy, previous)
-    record = result.record
-    said = ""
-    if why is not None:
-        record = doubt.with_settings(record, rebench=count + 1, rebenched_for=why)
-        said = f"benched again: {why}"
+    record, said = doubt.rebenched(result.record, why, count)
     evidence = Evidence(
         record,
         tuple(result.survivors(keep)),
