@@ -166,7 +166,10 @@ class _Tensor:
         return _Tensor(value)
 
     def __sub__(self, other: _Tensor) -> _Tensor:
-        return self._op("sub", self.a - other.a)
+        import numpy as np
+
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, as on a GPU
+            return self._op("sub", self.a - other.a)
 
     def __ne__(self, other: object) -> _Tensor:  # type: ignore[override]
         return self._op("ne", self.a != (other.a if isinstance(other, _Tensor) else other))
@@ -321,3 +324,97 @@ def test_small_outputs_are_compared_on_the_host_by_the_same_rules() -> None:
             gpu.tensor_difference(torch, _Tensor(expected), _Tensor(expected.copy()), None) is None
         )
         assert _Tensor.ops == ops
+
+
+def _numpy_gaps(torch: Any, expected: _Tensor, actual: _Tensor) -> tuple[float, float]:
+    """What `tunecache.triton.gaps.float_gaps`'s kernel works out, in numpy: the largest gap
+    and the largest reference magnitude in float32, a NaN anywhere infinite."""
+    import numpy as np
+
+    e, a = expected.a.astype(np.float32), actual.a.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        gap, size = np.abs(a - e), np.abs(e)
+    gap, size = np.where(np.isnan(gap), np.inf, gap), np.where(np.isnan(size), np.inf, size)
+    return float(gap.max()), float(size.max())
+
+
+def test_outputs_that_agree_by_the_gaps_kernel_cost_no_torch_kernel() -> None:
+    import numpy as np
+
+    torch = _fake_torch()
+    ref = _Tensor(np.linspace(-8, 8, 1000).astype(np.float16))
+    near = _Tensor((ref.a.astype(np.float32) + 1e-3).astype(np.float16))
+    _Tensor.ops = []
+    assert gpu.tensor_difference(torch, ref, near, None, 0, gaps=_numpy_gaps) is None
+    assert _Tensor.ops == []  # the kernel's two figures decided it
+    # Where the kernel does not apply (it says None), torch's subtraction and norms decide.
+    assert gpu.tensor_difference(torch, ref, near, None, 0, gaps=lambda *a: None) is None
+    assert _Tensor.ops == ["sub", "norm", "norm"]
+    # A gap beyond the tolerance is said as the element-by-element rules say it.
+    off = _Tensor(ref.a.astype(np.float32) + 1)
+    ref32 = _Tensor(ref.a.astype(np.float32))
+    with_kernel = gpu.tensor_difference(torch, ref32, off, None, 0, gaps=_numpy_gaps)
+    assert with_kernel == gpu.tensor_difference(torch, ref32, off, None, 0)
+    assert with_kernel is not None and with_kernel.startswith("largest difference 1,")
+
+
+@pytest.mark.parametrize("kernel", [None, _numpy_gaps], ids=["torch", "gaps kernel"])
+def test_an_infinity_in_the_reference_does_not_make_every_output_agree(kernel: Any) -> None:
+    import numpy as np
+
+    torch = _fake_torch()
+    ref = np.linspace(-8, 8, 1000).astype(np.float32)
+    ref[7] = np.inf
+    finite = ref.copy()
+    finite[7] = 5.0  # an infinite reference scale would accept this infinite gap
+    said = gpu.tensor_difference(torch, _Tensor(ref), _Tensor(finite), None, 0, gaps=kernel)
+    assert said == "infinities differ"
+    # Equal infinities, and NaNs where the reference has them, still agree (by the rules).
+    assert gpu.tensor_difference(torch, _Tensor(ref), _Tensor(ref.copy()), None, 0, kernel) is None
+    holes = ref.copy()
+    holes[3] = np.nan
+    assert (
+        gpu.tensor_difference(torch, _Tensor(holes), _Tensor(holes.copy()), None, 0, kernel) is None
+    )
+    assert gpu.tensor_difference(torch, _Tensor(ref), _Tensor(holes), None, 0, kernel) == (
+        "NaN where the other is a number"
+    )
+
+
+class _CudaTensor(_Tensor):
+    """A `_Tensor` that says it lives on a CUDA device."""
+
+    is_cuda = True
+    device = "cuda:0"
+
+
+def test_the_gaps_kernel_applies_only_to_contiguous_cuda_floats_and_says_once_it_cannot_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numpy as np
+
+    from tunecache.errors import TunecacheWarning
+    from tunecache.triton import gaps
+
+    torch = SimpleNamespace(float16=np.float16, float32=np.float32)
+    values = np.linspace(-8, 8, 100).astype(np.float32)
+    monkeypatch.setattr(gaps, "_kernel", None)
+    monkeypatch.setitem(sys.modules, "triton", None)  # no Triton: the kernel cannot be built
+    import warnings
+
+    # Not applicable (on the host, integers, strided): no kernel is built, so nothing is said.
+    strided = _CudaTensor(np.linspace(-8, 8, 200).astype(np.float32)[::2])
+    cases = [
+        (_Tensor(values), _Tensor(values)),
+        (_CudaTensor(values.astype(np.int64)), _CudaTensor(values.astype(np.int64))),
+        (_CudaTensor(values), strided),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for expected, actual in cases:
+            assert gaps.float_gaps(torch, expected, actual) is None
+    with pytest.warns(TunecacheWarning, match="torch's kernels compare outputs instead"):
+        assert gaps.float_gaps(torch, _CudaTensor(values), _CudaTensor(values)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the second call is silent
+        assert gaps.float_gaps(torch, _CudaTensor(values), _CudaTensor(values)) is None

@@ -164,6 +164,7 @@ def main() -> None:
     drop_in_checks()
     second_family()
     output_checks()
+    gaps_checks()
     print("all GPU checks passed", flush=True)
 
 
@@ -291,6 +292,52 @@ def output_checks() -> None:
     ok(
         "layer norm beside N=2048: N=2000 (aligned alike) borrowed its config, N=2040 (not a"
         f" multiple of 16) tuned at once in {served.bench_time * 1e3:.0f} ms"
+    )
+
+
+def gaps_checks() -> None:
+    """tunecache.triton.gaps's kernel (the output check's common case) against torch's own
+    figures and verdicts: agreement, a gap beyond the tolerance, NaNs and infinities on either
+    side, fp16/bf16/fp32, lengths that are and are not multiples of 16 or of its block."""
+    from tunecache.triton.gaps import BLOCK, float_gaps
+    from tunecache.triton.gpu import tensor_difference
+
+    checked = 0
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for n in (1, 1000, BLOCK, 3 * BLOCK + 17, 1 << 20):
+            ref = torch.randn(n, device="cuda").to(dtype)
+            cases = {"same": ref.clone(), "near": (ref.float() * (1 + 1e-4)).to(dtype)}
+            cases["off"] = (ref.float() + 1).to(dtype)
+            if n > 1:
+                cases["nan"] = ref.clone()
+                cases["nan"][n // 2] = float("nan")
+                cases["inf"] = ref.clone()
+                cases["inf"][n - 1] = float("inf")
+            for name, got in cases.items():
+                gap, size = float_gaps(torch, ref, got)
+                wide_gap = (got.float() - ref.float()).abs()
+                if name in ("nan", "inf"):
+                    assert gap == float("inf"), (dtype, n, name, gap)
+                else:
+                    assert gap == float(wide_gap.max()), (dtype, n, name, gap)
+                    assert size == float(ref.float().abs().max()), (dtype, n, name, size)
+                with_kernel = tensor_difference(torch, ref, got, None, 0, gaps=float_gaps)
+                without = tensor_difference(torch, ref, got, None, 0)
+                assert with_kernel == without, (dtype, n, name, with_kernel, without)
+                assert (with_kernel is None) == (name in ("same", "near")), (name, with_kernel)
+                checked += 1
+    # Infinities in the reference: equal ones agree, a number where it has one does not.
+    ref = torch.randn(5000, device="cuda")
+    ref[10] = float("inf")
+    finite = ref.clone()
+    finite[10] = 3.0
+    assert tensor_difference(torch, ref, ref.clone(), None, 0, gaps=float_gaps) is None
+    said = tensor_difference(torch, ref, finite, None, 0, gaps=float_gaps)
+    assert said == "infinities differ", said
+    ok(
+        f"the output check's gaps kernel: {checked} cases give torch's own figures and"
+        " verdicts (fp16/bf16/fp32, NaN, inf, 1 to 2**20 values); an infinity in the"
+        " reference is no blank cheque"
     )
 
 

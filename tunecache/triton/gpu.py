@@ -151,8 +151,9 @@ def triton_no_config_error(triton: Any) -> type[NoConfigError]:
 
 #: outputs of at most this many values are compared on the host (`tensor_difference`): two
 #: copies and numpy cost 0.2 ms there (16,384 fp16 values, tunecache.compare on a 2-core CPU),
-#: about what the device path costs once warm, and load no torch kernel into the process (the
-#: device path's first use loads two, ~50-70 ms in a fresh process)
+#: about what the device path costs once warm, and load no kernel into the process (the
+#: device path's first use costs 2.6-2.8 ms with tunecache.triton.gaps's kernel, 50-70 ms
+#: with torch's subtraction and norm)
 HOST_VALUES = 1 << 14
 
 
@@ -162,6 +163,7 @@ def tensor_difference(
     actual: Any,
     tolerance: float | None,
     host_values: int = HOST_VALUES,
+    gaps: Callable[[Any, Any, Any], tuple[float, float] | None] | None = None,
 ) -> str | None:
     """`tunecache.compare.difference`'s rules for two torch tensors, worked out on their
     device (a 4096 x 4096 output compared on the host would cost more than its whole bench);
@@ -171,7 +173,9 @@ def tensor_difference(
     magnitude, NaNs where the reference has them, equal infinities. Integers and booleans
     exactly. Contiguous outputs of at most `host_values` values (in a dtype numpy has) are
     copied to the host and compared there by `difference` itself: the same rules, and no
-    torch kernel to load."""
+    torch kernel to load. `gaps(torch, expected, actual)` works out the common case's two
+    figures (the largest gap, the largest reference magnitude; NaN anywhere infinite) where it
+    can (`tunecache.triton.gaps.float_gaps`, one Triton kernel), else None; then torch does."""
     tensor = torch.Tensor
     if not (isinstance(expected, tensor) and isinstance(actual, tensor)):
         from tunecache.triton.backend import difference
@@ -203,19 +207,25 @@ def tensor_difference(
         return f"{unequal} of {count} values differ (exact: {expected.dtype})"
     rtol = float(torch.finfo(expected.dtype).eps) ** 0.5 if tolerance is None else tolerance
     if not expected.is_complex():
-        # The common case, agreement, in two kernels and two synchronisations (a subtraction
-        # and an inf-norm, accumulated in float32): every distinct torch kernel a process
-        # meets for the first time costs it a module load. A NaN or an infinity anywhere
-        # makes the gap NaN or infinite, and then the rules below decide (as they do for a
-        # dtype torch cannot subtract, float8).
-        wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
-        norm = torch.linalg.vector_norm
-        try:
-            gap = float(norm(actual - expected, float("inf"), dtype=wide).item())
-            scale = float(norm(expected, float("inf"), dtype=wide).item()) or 1.0
-        except RuntimeError:
-            gap, scale = math.nan, 1.0
-        if gap <= rtol * scale:
+        # The common case, agreement, from two figures: `gaps`'s one kernel, or torch's
+        # subtraction and inf-norm (accumulated in float32), where every distinct torch kernel
+        # a process meets for the first time costs it a module load. Only finite figures
+        # accept: a NaN or an infinity anywhere (the reference's too: an infinite scale would
+        # accept any gap) leaves it to the rules below, as does a dtype torch cannot
+        # subtract (float8).
+        figures = gaps(torch, expected, actual) if gaps is not None else None
+        if figures is None:
+            wide = torch.float64 if expected.dtype == torch.float64 else torch.float32
+            norm = torch.linalg.vector_norm
+            try:
+                figures = (
+                    float(norm(actual - expected, float("inf"), dtype=wide).item()),
+                    float(norm(expected, float("inf"), dtype=wide).item()),
+                )
+            except RuntimeError:
+                figures = (math.nan, math.nan)
+        gap, scale = figures
+        if math.isfinite(gap) and math.isfinite(scale) and gap <= rtol * (scale or 1.0):
             return None
     return _tensor_rules(torch, expected, actual, rtol)
 
@@ -299,6 +309,13 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
         default_config=lambda: triton.Config({}, num_warps=4, num_stages=3, num_ctas=1),
         no_config_error=triton_no_config_error(triton),
         difference=lambda expected, actual, tolerance: tensor_difference(
-            torch, expected, actual, tolerance
+            torch, expected, actual, tolerance, gaps=_gaps()
         ),
     )
+
+
+def _gaps() -> Callable[[Any, Any, Any], tuple[float, float] | None]:
+    """`tunecache.triton.gaps.float_gaps`, imported with the first output check."""
+    from tunecache.triton.gaps import float_gaps
+
+    return float_gaps
