@@ -165,6 +165,7 @@ def main() -> None:
     second_family()
     output_checks()
     gaps_checks()
+    jitkey_checks()
     print("all GPU checks passed", flush=True)
 
 
@@ -338,6 +339,48 @@ def gaps_checks() -> None:
         f"the output check's gaps kernel: {checked} cases give torch's own figures and"
         " verdicts (fp16/bf16/fp32, NaN, inf, 1 to 2**20 values); an infinity in the"
         " reference is no blank cheque"
+    )
+
+
+#: a fresh process: what tunecache.triton.jitkey serves Triton, against Triton's own hash
+_JITKEY_CHILD = """
+import json, sys, time
+import triton
+import triton.runtime.cache as cache
+import triton.compiler.compiler as compiler
+own = cache.triton_key
+from tunecache.triton import jitkey
+t0 = time.perf_counter()
+said = jitkey.remember(sys.argv[1])
+took = time.perf_counter() - t0
+served = cache.triton_key()
+# Triton 3.6's compiler module looks the hash up in triton.runtime.cache (no name of its own).
+elsewhere = getattr(compiler, "triton_key", None)
+print(json.dumps({"said": said, "took": took, "same": served == own(),
+                  "compiler's": elsewhere is None or elsewhere() == served}))
+"""
+
+
+def jitkey_checks() -> None:
+    """Triton's installation hash kept between processes: the second process is served the
+    hash Triton itself computes, in both modules that look it up."""
+    import json
+    import subprocess
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="tc-jitkey-")
+    got = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", _JITKEY_CHILD, folder], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        got.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [g["said"] for g in got] == ["computed", "remembered"], got
+    assert all(g["same"] and g["compiler's"] for g in got), got
+    ok(
+        f"Triton's installation hash: computed and kept in {got[0]['took'] * 1e3:.0f} ms, then"
+        f" served to a new process in {got[1]['took'] * 1e3:.1f} ms, equal to Triton's own"
     )
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tunecache import paths
 from tunecache.candidates import checksum
 from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
+from tunecache.triton import jitkey
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
@@ -152,6 +153,10 @@ class KernelStore:
         # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
         root = None if options.path is not None else paths.cache_root(device.client, options.root)
         state = DeviceState(index, device, StoreReader(db, device.fingerprint), root)
+        if jitkey.pending():
+            # Before this process's first launch: Triton's installation hash from the file
+            # beside the store, not 0.4 s of hashing (tunecache.triton.jitkey).
+            jitkey.remember(db.parent)
         writer = loaded_writer()
         if writer is not None:
             # Another kernel of this process may have decisions for this store on their way:

@@ -1,0 +1,189 @@
+"""Triton's installation hash, remembered between processes.
+
+Before a process compiles or loads its first kernel, Triton hashes its own installation
+(`triton.runtime.cache.triton_key`: every module of triton.compiler, triton.backends and
+triton.language, and the whole of libtriton): about 0.4 s on the H200's host, in every process,
+whatever its kernels are (tools/gpu/bench_triton.py --profile: 0.395 s of a 0.55 s warm first
+call, 0.33 s of it in sha256). Triton keeps it in memory only. `remember(folder)` keeps it in a
+small file there (`triton-key.json`, beside the device's cache), valid for one state of the
+installation: the path, size, modification and change times, inode and device of every file
+Triton reads for it (found as Triton finds them, a superset), with Triton's version. A process
+whose installation matches serves Triton the remembered hash (`triton.runtime.cache.triton_key`
+replaced by one that returns it); any other state (an upgrade, an edited file, a copied
+environment: each changes a change time) computes it as Triton would, and remembers that.
+
+It runs once per process, before the first launch of a decorated kernel, and only while Triton
+has not computed the hash itself (then nothing is left to save). TUNECACHE_TRITON_KEY=0 turns it
+off. A Triton without `triton_key` as 3.x has it, or a folder that cannot hold the file, leaves
+Triton as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ENV", "FILE", "KEPT", "fingerprint", "outcome", "pending", "remember"]
+
+#: the environment variable that turns remembering off ("0", "off", "false", "no")
+ENV = "TUNECACHE_TRITON_KEY"
+#: the file's name in the folder `remember` is given
+FILE = "triton-key.json"
+#: states of installations the file keeps (several environments may share a cache folder)
+KEPT = 8
+#: the file's format
+_FORMAT = 1
+
+_lock = threading.Lock()
+
+#: what this process's `remember` did ("remembered", "computed", "left"; None: not called)
+outcome: str | None = None
+
+
+def pending() -> bool:
+    """Whether this process's Triton has yet to hash its installation (and remembering is on):
+    a look at `sys.modules`, nothing imported."""
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+        return False
+    found = _key_function()
+    return found is not None and found.cache_info().currsize == 0
+
+
+def _key_function() -> Any:
+    """Triton's `triton_key`, if it is 3.x's: a function of no argument under lru_cache."""
+    module = sys.modules.get("triton.runtime.cache")
+    found = getattr(module, "triton_key", None)
+    if callable(found) and callable(getattr(found, "cache_info", None)):
+        return found
+    return None
+
+
+def _modules(folder: str) -> Iterator[str]:
+    """Every module file under `folder` that `pkgutil.walk_packages` could find: files with a
+    module suffix, in folders that are packages (an `__init__` file), recursively."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=True):
+            if entry.name != "__pycache__" and any(
+                n.startswith("__init__.") for n in _names(entry.path)
+            ):
+                yield from _modules(entry.path)
+        elif entry.name.endswith((".py", ".pyc", ".so", ".pyd")):
+            yield entry.path
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def fingerprint(cache_file: str, version: str) -> str:
+    """The state of the Triton installation whose `triton/runtime/cache.py` is `cache_file`:
+    a hash of Triton's `version` and the path, size, times, inode and device of every file
+    Triton's own hash reads (its own module, the compiler, backends and language packages,
+    libtriton)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(cache_file)))
+    files = [os.path.abspath(cache_file)]
+    for sub in ("compiler", "backends", "language"):
+        files.extend(_modules(os.path.join(package, sub)))
+    native = os.path.join(package, "_C")
+    files.extend(os.path.join(native, n) for n in sorted(_names(native)) if "libtriton" in n)
+    digest = hashlib.sha256(f"triton {version}\n".encode())
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            digest.update(f"{path} missing\n".encode("utf-8", "surrogateescape"))
+            continue
+        line = f"{path} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino} {st.st_dev}\n"
+        digest.update(line.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _read(path: Path) -> dict[str, str]:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    keys = data.get("keys") if isinstance(data, dict) and data.get("format") == _FORMAT else None
+    if not isinstance(keys, dict):
+        return {}
+    return {k: v for k, v in keys.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _write(path: Path, keys: dict[str, str]) -> None:
+    """Replace the file with `keys` whole (a temporary file renamed over it): a reader sees the
+    old file or the new one, never a part."""
+    import json
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=".triton-key-", dir=path.parent)
+    try:
+        with open(fd, "w", encoding="utf-8") as fh:
+            json.dump({"format": _FORMAT, "keys": keys}, fh)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _serve(value: str, original: Callable[[], str]) -> None:
+    """Make Triton's `triton_key` return `value` (where its modules look it up)."""
+
+    @functools.lru_cache
+    def triton_key() -> str:
+        return value
+
+    for name in ("triton.runtime.cache", "triton.compiler.compiler"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "triton_key", None) is original:
+            setattr(module, "triton_key", triton_key)  # noqa: B010 (a module, not typed)
+
+
+def remember(folder: Path) -> str:
+    """Serve Triton its installation hash from `folder`'s file, or compute it (as Triton would
+    have, on its first compile) and keep it there. Says what it did: "remembered",
+    "computed", or "left" (off, already hashed, not a Triton it knows), as `outcome` does."""
+    global outcome
+    with _lock:
+        outcome = _remember(folder)
+        return outcome
+
+
+def _remember(folder: Path) -> str:
+    """`remember`, under its lock."""
+    if not pending():
+        return "left"
+    original = _key_function()
+    module = sys.modules["triton.runtime.cache"]
+    version = str(getattr(sys.modules.get("triton"), "__version__", "?"))
+    state = fingerprint(str(getattr(module, "__file__", "")), version)
+    path = Path(folder) / FILE
+    keys = _read(path)
+    value = keys.get(state)
+    if value is not None:
+        _serve(value, original)
+        return "remembered"
+    value = original()
+    keys.pop(state, None)
+    keys[state] = value
+    with contextlib.suppress(OSError):
+        _write(path, dict(list(keys.items())[-KEPT:]))
+    return "computed"
