@@ -135,6 +135,11 @@ class Flow:
             )
         return self._pending
 
+    def wait_pending(self, timeout: float | None = None) -> bool:
+        """Wait until the background thread has tuned every key queued (`PendingKeys.wait`);
+        True at once where no key was ever borrowed (the pending keys were never made)."""
+        return True if self._pending is None else self._pending.wait(timeout)
+
     def state(self, index: int) -> DeviceState:
         """Device `index`'s state, opened on its first call."""
         with self.lock:
