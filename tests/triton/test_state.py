@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 from tests.triton.fake import GPU, CpuKernel, TableTimer, backend, blocks, launch, tuner
 from tunecache.errors import TunecacheWarning
 from tunecache.keys import make_key
+from tunecache.triton import stored
 from tunecache.triton.options import Options
 from tunecache.triton.state import KernelStore, Target, WarnOnce
 
@@ -68,6 +69,64 @@ def test_a_store_whose_view_is_not_the_read_contracts_is_left_to_the_resolver() 
     # The resolver's guarded reader decides, and says why: nothing stored is served.
     assert again.stats["exact"] == 0 and again.stats["tuned"] == 1
     assert any("cannot read the cache" in str(w.message) for w in caught)
+
+
+def _view_sql(db: Path) -> str:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        query = "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = 'read_entries_v1'"
+        return str(conn.execute(query).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_the_views_text_as_tunecache_writes_it_is_the_contracts_and_is_known_by_its_digest(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from tunecache._digest import sha256
+    from tunecache.cache import Cache
+    from tunecache.store import schema
+
+    fresh, upgraded = tmp_path / "fresh.db", tmp_path / "upgraded.db"
+    with Cache.open(device=GPU, path=fresh):  # a new store: create_all
+        pass
+    shutil.copy(ROOT / "tests" / "golden" / "rev0002.db", upgraded)  # no view: the migrations'
+    with Cache.open(device=GPU, path=upgraded):
+        pass
+    expected = schema.OBJECTS[("view", "read_entries_v1")][1]
+    for db in (fresh, upgraded):
+        sql = _view_sql(db)
+        assert sha256(sql.encode()).hexdigest()[:32] == stored.VIEW_TEXT_DIGEST
+        assert schema.digest("view", sql) == expected
+        assert stored.is_contract_view(sql)
+    # Spelt otherwise with the same meaning: still the contract, by its canonical form.
+    respelt = "  " + _view_sql(fresh).replace(" ", "\n ")
+    assert stored.is_contract_view(respelt)
+    changed = _view_sql(fresh).replace("k.text AS key", "k.signature AS key")
+    assert changed != _view_sql(fresh) and not stored.is_contract_view(changed)
+    assert not stored.is_contract_view(None)
+
+
+def test_a_store_whose_view_is_respelt_is_read_by_the_kernels_reader(tmp_path: Path) -> None:
+    import sqlite3
+
+    tuned = tuner(CpuKernel())
+    launch(tuned, 96)
+    db = stored_path(tuned)
+    sql = _view_sql(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP VIEW read_entries_v1")
+        conn.execute(sql.replace(" ", "\n  "))
+    conn.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the resolver's guarded reader would warn
+        again = tuner(CpuKernel())
+        launch(again, 96)
+    assert again.stats["exact"] == 1 and again.stats["tuned"] == 0
 
 
 def stored_path(kernel: Any) -> Path:
