@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tunecache.triton as tct
 from tests.triton.fake import GPU, CpuKernel, configs, launch
@@ -40,6 +42,22 @@ def test_the_driver_version_comes_from_proc_then_from_torch(
     fake_gpu.torch.version.hip = None
     fake_gpu.torch._C = SimpleNamespace()
     assert driver_version() == "unknown"
+
+
+#: pieces of /proc/driver/nvidia/version's text, and of texts that only look like it
+PROC_PIECES = (
+    *("Kernel Module", "for", "x86_64", "580.159.04", "1", ".5", "9a", " ", "  ", "\t", "\n"),
+    *("\u2003", "\u0663", "NVRM version: NVIDIA UNIX Open ", "Release"),
+)
+
+
+@given(st.lists(st.sampled_from(PROC_PIECES), max_size=12))
+def test_the_kernel_modules_version_is_what_the_drivers_pattern_finds(parts: list[str]) -> None:
+    import re
+
+    text = "".join(parts)
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)
+    assert gpu.kernel_module_version(text) == (None if found is None else found.group(1))
 
 
 def test_a_gpus_identity_is_its_name_multiprocessors_capability_driver_and_triton(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -27,6 +26,7 @@ __all__ = [
     "driver_version",
     "gpu_backend",
     "gpu_device",
+    "kernel_module_version",
     "tensor_difference",
     "triton_no_config_error",
 ]
@@ -62,13 +62,44 @@ def _torch() -> Any:
         raise BadArgumentError(f"tunecache.triton needs torch for the GPU: {error}") from None
 
 
+def _leading_version(text: str) -> str | None:
+    """The run of digits and dots `text` starts with, if it starts with a digit."""
+    if not text[:1].isdigit() or not text[:1].isascii():
+        return None
+    end = next((i for i, c in enumerate(text) if c not in "0123456789."), len(text))
+    return text[:end]
+
+
+def kernel_module_version(text: str) -> str | None:
+    r"""The driver's version in /proc/driver/nvidia/version's text ("NVRM version: NVIDIA UNIX
+    Open Kernel Module for x86_64  580.159.04  Release Build ..."), or None: what
+    `re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)` finds, in str methods
+    (compiling that pattern cost each process's first call about 0.1 ms)."""
+    at = text.find("Kernel Module")
+    while at >= 0:
+        rest = text[at + len("Kernel Module") :]
+        after = rest.lstrip()
+        if after != rest:
+            found = _leading_version(after)
+            if found is None and after.startswith("for "):
+                word = after[len("for ") :]
+                end = next((i for i, c in enumerate(word) if c.isspace()), len(word))
+                tail = word[end:]
+                if end and tail.lstrip() != tail:
+                    found = _leading_version(tail.lstrip())
+            if found is not None:
+                return found
+        at = text.find("Kernel Module", at + 1)
+    return None
+
+
 def driver_version() -> str:
     """The GPU driver's version ("580.159.04"), or the CUDA driver API's ("cuda-13.0")."""
     try:
         with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
-            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", fh.read())
+            found = kernel_module_version(fh.read())
         if found:
-            return found.group(1)
+            return found
     except OSError:
         pass
     torch = _torch()
