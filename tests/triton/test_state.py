@@ -51,6 +51,93 @@ def test_a_warm_process_answers_a_stored_key_with_the_kernels_own_reader() -> No
     assert not loaded & unused
 
 
+#: a process that makes stand-ins for torch (one H200) and Triton 3.6.0, as a process that
+#: launched its kernel before has them loaded, then decorates a kernel-shaped object with the GPU
+#: backend and calls it once: "tune" tunes the key and writes its record, "warm" prints the
+#: modules the decoration and the first call (of the key stored by "tune") imported
+_GPU_PROCESS = """
+import json, sys, types
+mode = sys.argv[1]
+props = types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132)
+stream = types.SimpleNamespace(synchronize=lambda: None)
+cuda = types.SimpleNamespace(current_device=lambda: 0, get_device_properties=lambda i: props,
+                             current_stream=lambda: stream)
+class Dtype:
+    def __str__(self): return "torch.float16"
+class Tensor:
+    shape, dtype = (64, 64), Dtype()
+sys.modules["torch"] = types.SimpleNamespace(
+    cuda=cuda, version=types.SimpleNamespace(hip=None),
+    _C=types.SimpleNamespace(_cuda_getDriverVersion=lambda: 12080))
+sys.modules["triton"] = types.SimpleNamespace(
+    __version__="3.6.0", TritonError=type("TritonError", (Exception,), {}))
+class Config:
+    def __init__(self, block):
+        self.kwargs, self.num_warps, self.num_stages, self.num_ctas = {"BLOCK": block}, 4, 3, 1
+        self.maxnreg = self.pre_hook = self.ir_override = None
+class Kernel:
+    arg_names = ["x", "out", "n"]
+    src = "def scale(x, out, n, BLOCK): ..."
+    __name__ = "scale"
+    def run(self, *args, grid, warmup, **meta): pass
+args = (Tensor(), Tensor(), 64)
+before = set(sys.modules)
+import tunecache.triton as tct
+kernel = tct.autotune([Config(32), Config(64)], key=["n"], unseen=mode, flush_l2=False,
+                      do_bench=lambda fn, quantiles: (fn(), [1.0, 0.9, 1.1])[1])(Kernel())
+decorated = set(sys.modules)
+kernel[(1,)](*args)
+called = set(sys.modules)
+assert kernel.wait_pending(timeout=60)
+print(json.dumps({"stats": kernel.stats, "decoration": sorted(decorated - before),
+                  "first call": sorted(called - decorated)}))
+"""
+
+#: every module of tunecache that the first call of a stored key imports in a process that
+#: applied the decorator: the GPU backend and the machinery a call resolves through, the
+#: device's identity, the store's location, the key, the candidate list's checksum and the
+#: kernel's own reader. Not the store's modules (its schema: the view is known by its text),
+#: the writer, the pending keys, the bench or the resolver: nothing is written, borrowed or tuned
+FIRST_CALL = {
+    *("tunecache._digest", "tunecache._version", "tunecache.candidates", "tunecache.checks"),
+    *("tunecache.config", "tunecache.device", "tunecache.errors", "tunecache.frozen"),
+    *("tunecache.identity", "tunecache.keys", "tunecache.paths"),
+    *("tunecache.triton.backend", "tunecache.triton.configs", "tunecache.triton.flow"),
+    *("tunecache.triton.gpu", "tunecache.triton.keys", "tunecache.triton.state"),
+    "tunecache.triton.stored",
+}
+
+
+def _gpu_process(mode: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _GPU_PROCESS, mode],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=os.environ,
+    )
+    assert done.returncode == 0, done.stderr
+    import json
+
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_first_call_of_a_stored_key_imports_only_what_one_read_needs() -> None:
+    assert _gpu_process("tune")["stats"]["tuned"] == 1
+    warm = _gpu_process("borrow")
+    assert warm["stats"]["exact"] == 1 and warm["stats"]["tuned"] == 0
+    first = set(warm["first call"])
+    assert {m for m in first if m.startswith("tunecache")} == FIRST_CALL
+    # Else sqlite3 and what Python brings with it and with the modules above (typing and
+    # threading are loaded already in a process that imported torch and Triton).
+    assert {m.split(".")[0] for m in first} - {"tunecache"} <= ALSO_FIRST_CALL
+
+
+#: the first call's other modules (their top-level names), where this Python has not loaded them
+ALSO_FIRST_CALL = {"sqlite3", "_sqlite3", "datetime", "_datetime", "_sha2", "_sha256"}
+ALSO_FIRST_CALL |= {"typing", "_typing", "threading", "_weakrefset"}
+
+
 def test_a_store_whose_view_is_not_the_read_contracts_is_left_to_the_resolver() -> None:
     import sqlite3
 
