@@ -106,7 +106,7 @@ class Options:
         given = {**DEFAULTS, **arguments}
         #: the configs as given, each checked to be config-shaped
         self.given_configs = _check_configs(configs)
-        self._configs: list[Any] | None = None
+        self._configs: dict[str, Any] | None = None
         self.key = _check_key(key)
         self.perf_model, self.top_k, self.early_prune = _check_prune(given["prune_configs_by"])
         self.reset_to_zero = _names_list(given["reset_to_zero"], "reset_to_zero")
@@ -139,14 +139,19 @@ class Options:
     def configs(self) -> list[Any]:
         """The configs with duplicates dropped (the first of equal names stays): named when
         first asked (by the kernel's first call), so that making the decorator names none."""
+        return list(self.named_configs.values())
+
+    @property
+    def named_configs(self) -> dict[str, Any]:
+        """`configs` by name, in order (a copy): the kernel's first call names them once."""
         if self._configs is None:
             from tunecache.triton.keys import config_name
 
             names: dict[str, Any] = {}
             for config in self.given_configs:
                 names.setdefault(config_name(config), config)
-            self._configs = list(names.values())
-        return self._configs
+            self._configs = names
+        return dict(self._configs)
 
 
 def _real(value: object) -> TypeGuard[int | float]:
