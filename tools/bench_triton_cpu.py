@@ -18,8 +18,10 @@ as an installed package runs) that times:
 - the second call (one dict lookup and the launch);
 
 and a baseline process that does what Triton's `cache_results` path does on a hit, with no
-GPU: read a JSON file of the key's config and launch it from a dict. Every process prints the
-modules each step imported. With `--base PATH`, a checkout of another tunecache (the commit
+GPU: read a JSON file of the key's config and launch it from a dict; and a floor process that
+does only what a first call through stdlib sqlite3 cannot skip: import sqlite3, open the store
+read-only, run the reader's two statements (the first parses the schema), launch. Every process
+prints the modules each step imported. With `--base PATH`, a checkout of another tunecache (the commit
 before a change: `mkdir /tmp/base && git archive HEAD~1 | tar -x -C /tmp/base`), the runs
 alternate between the two trees, each with a store of its own, and the ratios of the medians
 are printed side by side. `--importtime` prints `-X importtime` of one run of each tree;
@@ -199,6 +201,29 @@ print(json.dumps({
 """
 
 
+#: what no change of tunecache's own code takes away from the first call: sqlite3 imported, the
+#: store opened read-only, the reader's two statements (the view's SQL, the schema parsed by the
+#: first; the stored choice), the launch; the store's path and the key's text given
+FLOOR = """
+import glob, os
+db = glob.glob(os.path.join(root, "tune", "*", "*", "cache.db"))[0]
+config = CONFIGS[0]
+before = set(sys.modules)
+gc.collect()
+t0 = perf()
+import sqlite3
+conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?",
+             ("read_entries_v1",)).fetchall()
+conn.execute("SELECT choice FROM read_entries_v1 WHERE key = ? AND checksum = ? AND device = ?"
+             " AND status != 'rejected'", ("a_n1", "0" * 32, "0" * 32)).fetchone()
+KERNEL.run(*ARGS, grid=GRID, warmup=False, **config.all_kwargs())
+t1 = perf()
+print(json.dumps({"decoration": 0.0, "first": t1 - t0, "second": 0.0,
+                  "decoration modules": [], "first modules": sorted(set(sys.modules) - before)}))
+"""
+
+
 def _env(checkout: Path) -> dict[str, str]:
     """The child's environment: this checkout first on the path, bytecode written and read."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -251,13 +276,14 @@ def main() -> None:
             _child(WARM, checkout, roots[name])  # the bytecode of what the first call imports
         roots["baseline"].mkdir()
         (roots["baseline"] / "triton-cache.json").write_text(json.dumps({"index": 0}))
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in [*roots, "floor"]}
+        codes = {"baseline": BASELINE, "floor": FLOOR}
         for r in range(args.runs):
-            order = [*sides, "baseline"] if r % 2 == 0 else ["baseline", *reversed(sides)]
-            for name in order:
-                code = BASELINE if name == "baseline" else WARM
+            order = [*sides, "baseline", "floor"]
+            for name in order if r % 2 == 0 else reversed(order):
                 checkout = sides.get(name, ROOT)
-                runs[name].append(_child(code, checkout, roots[name])[0])
+                root = roots.get(name, roots["this"])
+                runs[name].append(_child(codes.get(name, WARM), checkout, root)[0])
         print(
             f"\nwarm process, stored key, stand-ins for torch and triton; median (range) of"
             f" {args.runs} fresh processes each"
@@ -266,10 +292,11 @@ def main() -> None:
         for name, got in runs.items():
             decoration = [g["decoration"] for g in got]
             first = [g["first"] for g in got]
-            both[name] = statistics.median(d + f for d, f in zip(decoration, first, strict=True))
+            sums = [d + f for d, f in zip(decoration, first, strict=True)]
+            both[name] = statistics.median(sums)
             print(
                 f"  {name:<8} decoration {_ms(decoration)}, first call {_ms(first)},"
-                f" both {both[name] * 1e3:.2f} ms, second call"
+                f" both {_ms(sums)}, second call"
                 f" {statistics.median(g['second'] for g in got) * 1e6:.0f} us"
             )
         for name in sides:
@@ -291,6 +318,8 @@ def main() -> None:
         for name in sides:
             ratio = both[name] / both["baseline"]
             print(f"  {name} / baseline, decoration + first call: {ratio:.2f}")
+        for name in sides:
+            print(f"  {name} / floor, decoration + first call: {both[name] / both['floor']:.2f}")
         if args.importtime:
             for name, checkout in sides.items():
                 _, err = _child(WARM, checkout, roots[name], flags=("-X", "importtime"))
