@@ -190,3 +190,19 @@ def test_importing_the_package_loads_nothing_and_every_public_name_loads_on_firs
     namespace: dict[str, object] = {}
     exec("from tunecache import *", namespace)
     assert set(tunecache.__all__) <= set(namespace)
+
+
+def test_the_digest_takes_hashlibs_sha256_where_hashlib_is_loaded_and_they_agree() -> None:
+    import hashlib
+
+    probe = (
+        "import hashlib\nfrom tunecache._digest import sha256\n"
+        "assert sha256 is hashlib.sha256, sha256\n"
+    )
+    loaded = _modules_after(probe)
+    assert not loaded & {"_sha2", "_sha256"}  # the builtin module is not loaded as well
+    alone = _modules_after("from tunecache._digest import sha256")
+    assert "hashlib" not in alone  # nor OpenSSL's start-up paid where nothing else paid it
+    from tunecache._digest import sha256
+
+    assert sha256(b"tunecache").hexdigest() == hashlib.sha256(b"tunecache").hexdigest()

@@ -17,14 +17,14 @@ as an installed package runs) that times:
   times it (there the driver's version comes from /proc; the stand-in's from "torch");
 - the second call (one dict lookup and the launch);
 
-and a baseline process that does what Triton's `cache_results` path does on a hit, with no
-GPU: read a JSON file of the key's config and launch it from a dict; and a floor process that
-does only what a first call through stdlib sqlite3 cannot skip: import sqlite3, open the store
-read-only, run the reader's two statements (the first parses the schema), launch. Every process
-prints the modules each step imported. With `--base PATH`, a checkout of another tunecache (the commit
-before a change: `mkdir /tmp/base && git archive HEAD~1 | tar -x -C /tmp/base`), the runs
-alternate between the two trees, each with a store of its own, and the ratios of the medians
-are printed side by side. `--importtime` prints `-X importtime` of one run of each tree;
+and a baseline process that does what Triton's `cache_results` path does on a hit, with no GPU:
+read a JSON file of the key's config and launch it from a dict; and a floor process that does
+only what a first call through stdlib sqlite3 cannot skip: import sqlite3, open the store read-
+only, run the reader's two statements (the first parses the schema), launch. Every process
+prints the modules each step imported. With `--base PATH`, a checkout of another tunecache (the
+commit before a change: `mkdir /tmp/base && git archive HEAD~1 | tar -x -C /tmp/base`), the runs
+alternate between the two trees, each with a store of its own, and the ratios of the medians are
+printed side by side. `--importtime` prints `-X importtime` of one run of each tree;
 `--profile` a cProfile of one first call.
 """
 
