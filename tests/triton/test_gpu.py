@@ -68,6 +68,15 @@ def test_a_gpus_identity_is_its_name_multiprocessors_capability_driver_and_trito
     h200 = Device("nvidia-h200", 132, "nvidia-h200-sm90-driver-580-159-04", "triton", "3.6.0")
     assert gpu_device() == h200
     assert gpu_device(0) == h200
+    # Its fields alone, checked alike, are what the first call of a stored key works from.
+    assert gpu.gpu_fields(0) == h200.fields
+    detected, given = gpu_backend(None, flush_l2=False), gpu_backend(GPU, flush_l2=False)
+    assert detected.fields is not None and detected.fields(0) == h200.fields
+    assert given.fields is not None and given.fields(0) == GPU.fields  # the device option
+    fake_gpu.torch.cuda.properties.multi_processor_count = 0  # threads 0: not an identity
+    for identity in (gpu.gpu_fields, gpu_device):
+        with pytest.raises(BadArgumentError, match="threads"):
+            identity(0)
 
 
 def test_the_backend_syncs_the_callers_stream_and_tunes_in_the_background_on_its_own(

@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.conftest import ROOT
 from tests.triton.fake import GPU, CpuKernel, TableTimer, backend, blocks, launch, tuner
+from tunecache.device import Device
 from tunecache.errors import TunecacheWarning
 from tunecache.keys import make_key
 from tunecache.triton import stored
@@ -95,13 +96,14 @@ print(json.dumps({"stats": kernel.stats, "decoration": sorted(decorated - before
 
 #: every module of tunecache that the first call of a stored key imports in a process that
 #: applied the decorator: the GPU backend and the machinery a call resolves through, the
-#: device's identity, the store's location, the key, the candidate list's checksum and the
-#: kernel's own reader. Not the store's modules (its schema: the view is known by its text),
-#: the writer, the pending keys, the bench or the resolver: nothing is written, borrowed or tuned
+#: device identity's checked fields, the store's location, the key, the candidate list's
+#: checksum and the kernel's own reader. Not the Device (its fields are checked and hashed as
+#: it would), the store's modules (its schema: the view is known by its text), the writer, the
+#: pending keys, the bench or the resolver: nothing is written, borrowed or tuned
 FIRST_CALL = {
     *("tunecache._digest", "tunecache._version", "tunecache.candidates", "tunecache.checks"),
-    *("tunecache.config", "tunecache.device", "tunecache.errors", "tunecache.frozen"),
-    *("tunecache.identity", "tunecache.keys", "tunecache.paths"),
+    *("tunecache.config", "tunecache.errors", "tunecache.identity", "tunecache.keys"),
+    "tunecache.paths",
     *("tunecache.triton.backend", "tunecache.triton.configs", "tunecache.triton.flow"),
     *("tunecache.triton.gpu", "tunecache.triton.keys", "tunecache.triton.state"),
     "tunecache.triton.stored",
@@ -260,6 +262,31 @@ def test_a_warning_is_said_once_per_topic() -> None:
         (TunecacheWarning, "other"),
     ]
     assert warn.topics == {"open", "write"}
+
+
+def test_a_backends_identity_fields_locate_the_store_as_its_device_would(tmp_path: Path) -> None:
+    from tunecache import paths
+    from tunecache.triton import Backend
+
+    built: list[int] = []
+
+    def device(index: int) -> Device:
+        built.append(index)
+        return GPU
+
+    by_fields = Backend(device=device, fields=lambda index: GPU.fields)
+    for options in (Options(blocks(16), ["M"], root=tmp_path), Options(blocks(16), ["M"])):
+        state = KernelStore("mm", options, by_fields, WarnOnce()).open(0)
+        found = KernelStore("mm", options, backend(), WarnOnce()).open(0)
+        assert built == [] and state.fields == found.fields == GPU.fields
+        located = paths.locate(device=GPU, root=options.root)[1]
+        assert state.reader.path == found.reader.path == located
+        assert state.reader.device == found.reader.device == GPU.fingerprint
+        assert state.root == found.root
+        assert state.device == GPU and built == []  # built from the fields, when first asked
+    named = Options(blocks(16), ["M"], path=tmp_path / "mine.db")
+    state = KernelStore("mm", named, by_fields, WarnOnce()).open(0)
+    assert (state.reader.path, state.root) == (tmp_path / "mine.db", None)
 
 
 def test_a_device_with_no_store_yet_has_no_old_entries(tmp_path: Path) -> None:

@@ -14,11 +14,14 @@ import contextlib
 import importlib
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import NoConfigError
+
+if TYPE_CHECKING:
+    from tunecache.identity import Fields
 
 __all__ = [
     "GPU_BENCH",
@@ -26,6 +29,7 @@ __all__ = [
     "driver_version",
     "gpu_backend",
     "gpu_device",
+    "gpu_fields",
     "kernel_module_version",
     "tensor_difference",
     "triton_no_config_error",
@@ -115,14 +119,10 @@ def driver_version() -> str:
     return "unknown"
 
 
-def gpu_device(index: int | None = None) -> Any:
-    """The identity of GPU `index` (default: the current one) for Triton's kernels.
-
-    cpu = the GPU's name as a slug (nvidia-h200), threads = its multiprocessor count (so a MIG
-    slice is another device), accelerator = name, compute capability and driver version,
-    client = "triton" at Triton's version: a new driver or Triton starts a fresh cache.
-    """
-    from tunecache.device import Device, slugify
+def gpu_fields(index: int | None = None) -> Fields:
+    """`gpu_device(index).fields`, checked as a Device checks them, without building the
+    Device (nor importing its module): what the first call of a stored key needs."""
+    from tunecache.identity import check_fields, slugify
 
     torch = _torch()
     if index is None:
@@ -130,13 +130,27 @@ def gpu_device(index: int | None = None) -> Any:
     props = torch.cuda.get_device_properties(index)
     capability = f"sm{props.major}{props.minor}"
     accelerator = slugify(f"{props.name} {capability} driver {driver_version()}")
-    return Device(
-        cpu=slugify(props.name),
-        threads=int(props.multi_processor_count),
-        accelerator=accelerator,
-        client="triton",
-        client_version=str(_triton().__version__),
+    fields = (
+        slugify(props.name),
+        int(props.multi_processor_count),
+        accelerator,
+        "triton",
+        str(_triton().__version__),
     )
+    check_fields(*fields)
+    return fields
+
+
+def gpu_device(index: int | None = None) -> Any:
+    """The identity of GPU `index` (default: the current one) for Triton's kernels.
+
+    cpu = the GPU's name as a slug (nvidia-h200), threads = its multiprocessor count (so a MIG
+    slice is another device), accelerator = name, compute capability and driver version,
+    client = "triton" at Triton's version: a new driver or Triton starts a fresh cache.
+    """
+    from tunecache.device import Device
+
+    return Device(*gpu_fields(index))
 
 
 def _failures() -> tuple[type[Exception], ...]:
@@ -287,6 +301,9 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
     def identity(index: int) -> Any:
         return device if device is not None else gpu_device(index)
 
+    def fields(index: int) -> Fields:
+        return device.fields if device is not None else gpu_fields(index)
+
     def sync() -> None:
         # The stream this thread launches on: a background tuner's own stream, or the
         # caller's; the host clock is read only once that work is done.
@@ -332,4 +349,5 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
         difference=lambda expected, actual, tolerance: tensor_difference(
             torch, expected, actual, tolerance
         ),
+        fields=fields,
     )
