@@ -130,14 +130,23 @@ def test_the_first_call_of_a_stored_key_imports_only_what_one_read_needs() -> No
     assert warm["stats"]["exact"] == 1 and warm["stats"]["tuned"] == 0
     first = set(warm["first call"])
     assert {m for m in first if m.startswith("tunecache")} == FIRST_CALL
-    # Else sqlite3 and what Python brings with it and with the modules above (typing and
-    # threading are loaded already in a process that imported torch and Triton).
+    # Else SQLite's C module (not sqlite3's DB-API module around it) and what Python brings
+    # with the modules above (typing and threading are loaded already in a process that
+    # imported torch and Triton).
     assert {m.split(".")[0] for m in first} - {"tunecache"} <= ALSO_FIRST_CALL
 
 
+def test_the_reader_reads_through_sqlites_c_module_which_sqlite3_wraps() -> None:
+    import _sqlite3
+    import sqlite3
+
+    # What the reader takes from it (where sqlite3 is not loaded yet) is sqlite3's own.
+    assert sqlite3.connect is _sqlite3.connect and sqlite3.Error is _sqlite3.Error
+    assert sqlite3.Connection is _sqlite3.Connection
+
+
 #: the first call's other modules (their top-level names), where this Python has not loaded them
-ALSO_FIRST_CALL = {"sqlite3", "_sqlite3", "datetime", "_datetime", "_sha2", "_sha256"}
-ALSO_FIRST_CALL |= {"typing", "_typing", "threading", "_weakrefset"}
+ALSO_FIRST_CALL = {"_sqlite3", "_sha2", "_sha256", "typing", "_typing", "threading", "_weakrefset"}
 
 
 def test_a_store_whose_view_is_not_the_read_contracts_is_left_to_the_resolver() -> None:
