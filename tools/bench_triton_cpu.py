@@ -258,6 +258,53 @@ def _ours(modules: list[str]) -> list[str]:
     return [m for m in modules if m.split(".")[0] == "tunecache"]
 
 
+def _figures(runs: dict[str, list[dict[str, Any]]], sides: list[str], count: int) -> None:
+    """Print each process's times, the modules each tree imported, and the ratios."""
+    print(
+        f"\nwarm process, stored key, stand-ins for torch and triton; median (range) of"
+        f" {count} fresh processes each"
+    )
+    both: dict[str, float] = {}
+    for name, got in runs.items():
+        decoration = [g["decoration"] for g in got]
+        first = [g["first"] for g in got]
+        sums = [d + f for d, f in zip(decoration, first, strict=True)]
+        both[name] = statistics.median(sums)
+        print(
+            f"  {name:<8} decoration {_ms(decoration)}, first call {_ms(first)},"
+            f" both {_ms(sums)}, second call"
+            f" {statistics.median(g['second'] for g in got) * 1e6:.0f} us"
+        )
+    for name in sides:
+        mods = runs[name][0]
+        print(
+            f"  {name}: modules imported by decoration {len(mods['decoration modules'])}"
+            f" ({len(_ours(mods['decoration modules']))} of tunecache's), by the first call"
+            f" {len(mods['first modules'])} ({len(_ours(mods['first modules']))} of"
+            " tunecache's)"
+        )
+        print(f"    decoration: {', '.join(mods['decoration modules'])}")
+        print(f"    first call: {', '.join(mods['first modules'])}")
+    if "base" in both:
+        # Medians, and minima: on a shared machine a run that another process slowed is
+        # an outlier of one side only, and the fastest run of each is the least disturbed.
+        for what in ("decoration", "first"):
+            this = [g[what] for g in runs["this"]]
+            base = [g[what] for g in runs["base"]]
+            ratio = statistics.median(this) / statistics.median(base)
+            print(f"  this / base, {what}: {ratio:.3f} (minima: {min(this) / min(base):.3f})")
+        low = {n: min(g["decoration"] + g["first"] for g in runs[n]) for n in ("this", "base")}
+        print(
+            f"  this / base, decoration + first call: {both['this'] / both['base']:.3f}"
+            f" (minima: {low['this'] / low['base']:.3f})"
+        )
+    for name in sides:
+        ratio = both[name] / both["baseline"]
+        print(f"  {name} / baseline, decoration + first call: {ratio:.2f}")
+    for name in sides:
+        print(f"  {name} / floor, decoration + first call: {both[name] / both['floor']:.2f}")
+
+
 def main() -> None:
     """Set the stores up, run the fresh processes, print the figures side by side."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -284,49 +331,7 @@ def main() -> None:
                 checkout = sides.get(name, ROOT)
                 root = roots.get(name, roots["this"])
                 runs[name].append(_child(codes.get(name, WARM), checkout, root)[0])
-        print(
-            f"\nwarm process, stored key, stand-ins for torch and triton; median (range) of"
-            f" {args.runs} fresh processes each"
-        )
-        both: dict[str, float] = {}
-        for name, got in runs.items():
-            decoration = [g["decoration"] for g in got]
-            first = [g["first"] for g in got]
-            sums = [d + f for d, f in zip(decoration, first, strict=True)]
-            both[name] = statistics.median(sums)
-            print(
-                f"  {name:<8} decoration {_ms(decoration)}, first call {_ms(first)},"
-                f" both {_ms(sums)}, second call"
-                f" {statistics.median(g['second'] for g in got) * 1e6:.0f} us"
-            )
-        for name in sides:
-            mods = runs[name][0]
-            print(
-                f"  {name}: modules imported by decoration {len(mods['decoration modules'])}"
-                f" ({len(_ours(mods['decoration modules']))} of tunecache's), by the first call"
-                f" {len(mods['first modules'])} ({len(_ours(mods['first modules']))} of"
-                " tunecache's)"
-            )
-            print(f"    decoration: {', '.join(mods['decoration modules'])}")
-            print(f"    first call: {', '.join(mods['first modules'])}")
-        if "base" in both:
-            # Medians, and minima: on a shared machine a run that another process slowed is
-            # an outlier of one side only, and the fastest run of each is the least disturbed.
-            for what in ("decoration", "first"):
-                this = [g[what] for g in runs["this"]]
-                base = [g[what] for g in runs["base"]]
-                ratio = statistics.median(this) / statistics.median(base)
-                print(f"  this / base, {what}: {ratio:.3f} (minima: {min(this) / min(base):.3f})")
-            low = {n: min(g["decoration"] + g["first"] for g in runs[n]) for n in ("this", "base")}
-            print(
-                f"  this / base, decoration + first call: {both['this'] / both['base']:.3f}"
-                f" (minima: {low['this'] / low['base']:.3f})"
-            )
-        for name in sides:
-            ratio = both[name] / both["baseline"]
-            print(f"  {name} / baseline, decoration + first call: {ratio:.2f}")
-        for name in sides:
-            print(f"  {name} / floor, decoration + first call: {both[name] / both['floor']:.2f}")
+        _figures(runs, list(sides), args.runs)
         if args.importtime:
             for name, checkout in sides.items():
                 _, err = _child(WARM, checkout, roots[name], flags=("-X", "importtime"))
