@@ -91,7 +91,8 @@ kernel[(1,)](*args)
 called = set(sys.modules)
 assert kernel.wait_pending(timeout=60)
 print(json.dumps({"stats": kernel.stats, "decoration": sorted(decorated - before),
-                  "first call": sorted(called - decorated)}))
+                  "first call": sorted(called - decorated),
+                  "waited": sorted(set(sys.modules) - called)}))
 """
 
 #: every module of tunecache that the first call of a stored key imports in a process that
@@ -130,6 +131,8 @@ def test_the_first_call_of_a_stored_key_imports_only_what_one_read_needs() -> No
     assert warm["stats"]["exact"] == 1 and warm["stats"]["tuned"] == 0
     first = set(warm["first call"])
     assert {m for m in first if m.startswith("tunecache")} == FIRST_CALL
+    # Nothing was queued: waiting for the pending keys and the writer loads neither.
+    assert warm["waited"] == []
     # Else SQLite's C module (not sqlite3's DB-API module around it) and what Python brings
     # with the modules above (typing and threading are loaded already in a process that
     # imported torch and Triton).
