@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import tunecache
 from tests.conftest import ROOT
 from tunecache import make_key
 from tunecache.cache import Cache
@@ -172,3 +173,36 @@ def test_where_and_list_start_without_dataclasses_typing_or_the_keys() -> None:
     loaded = _command_modules(["where"], ["list"], ["show", "--limit", "1"])
     assert {"dataclasses", "inspect", "typing", "tunecache.keys"} & loaded == set()
     assert "tunecache.maintain.listing" in loaded
+
+
+def test_importing_the_package_loads_nothing_and_every_public_name_loads_on_first_use() -> None:
+    from tunecache import errors
+
+    assert {m for m in _modules_after("import tunecache") if m.startswith("tunecache")} == {
+        "tunecache"
+    }
+    # The errors' names, spelled out in the package, are tunecache.errors' own, in its order.
+    assert tunecache.__all__[-len(errors.__all__) :] == errors.__all__
+    for name in tunecache.__all__:
+        assert getattr(tunecache, name) is not None, name
+    assert tunecache.BadArgumentError is errors.BadArgumentError
+    assert tunecache.errors is errors
+    namespace: dict[str, object] = {}
+    exec("from tunecache import *", namespace)
+    assert set(tunecache.__all__) <= set(namespace)
+
+
+def test_the_digest_takes_hashlibs_sha256_where_hashlib_is_loaded_and_they_agree() -> None:
+    import hashlib
+
+    probe = (
+        "import hashlib\nfrom tunecache._digest import sha256\n"
+        "assert sha256 is hashlib.sha256, sha256\n"
+    )
+    loaded = _modules_after(probe)
+    assert not loaded & {"_sha2", "_sha256"}  # the builtin module is not loaded as well
+    alone = _modules_after("from tunecache._digest import sha256")
+    assert "hashlib" not in alone  # nor OpenSSL's start-up paid where nothing else paid it
+    from tunecache._digest import sha256
+
+    assert sha256(b"tunecache").hexdigest() == hashlib.sha256(b"tunecache").hexdigest()

@@ -335,3 +335,34 @@ def test_raw_constructor_is_a_plain_hashable_tuple() -> None:
     key = Key(RFC_SIGNATURE, RFC_DIMS)
     assert {key: 1}[parse(RFC_TEXT)] == 1
     assert Key("mm").dims == ()
+
+
+# The grammar's character classes are str methods, not patterns (compiling those cost every
+# process's first key ~0.5 ms): each answers as the pattern it stands for, on any text.
+tokens_anywhere = st.one_of(
+    st.text(max_size=12),
+    st.text("az09AZ_ \n\x7f\u00e9\u0663", max_size=12),
+    st.from_regex(r"[a-z]{1,4}[0-9]{1,4}", fullmatch=True),
+)
+
+
+@given(tokens_anywhere)
+def test_the_character_classes_answer_as_their_patterns(token: str) -> None:
+    from tunecache import keys
+
+    pair = re.fullmatch(r"([a-z]+)([0-9]+)", token)
+    assert keys._dim_like(token) == (None if pair is None else pair.groups())
+    assert keys._lowercase(token) == (re.fullmatch(r"[a-z]+", token) is not None)
+    bad = re.search(r"[^\x21-\x5e\x60-\x7e]", token)
+    assert keys._bad_char(token) == (None if bad is None else bad.start())
+
+
+def test_the_key_is_a_named_tuple_of_its_own_name() -> None:
+    import pickle
+
+    key = make_key("mm_F32", m=4)
+    assert isinstance(key, tuple) and Key._fields == ("signature", "dims")
+    assert repr(key) == "Key(signature='mm_F32', dims=(('m', 4),))"
+    assert pickle.loads(pickle.dumps(key)) == key and type(pickle.loads(pickle.dumps(key))) is Key
+    assert key._replace(dims=()) == Key("mm_F32") and type(key._replace(dims=())) is Key
+    assert Key("a").dims == () and Key("a").text == "a"

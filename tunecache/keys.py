@@ -26,11 +26,23 @@ Everything here is a pure value: no I/O.
 from __future__ import annotations
 
 import operator
-import re
+from collections import namedtuple
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple, TypeGuard
 
 from tunecache.errors import BadKeyError
+
+# Not `typing` at run time: the Triton client's first call of a stored key makes a key, and
+# typing.NamedTuple costs twice what collections.namedtuple does.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple, TypeGuard
+
+    class _KeyFields(NamedTuple):
+        signature: str
+        dims: tuple[tuple[str, int], ...] = ()
+
+else:
+    _KeyFields = namedtuple("Key", ("signature", "dims"), defaults=((),))
 
 __all__ = [
     "MAX_DIM",
@@ -47,23 +59,43 @@ MAX_DIM = 2**63 - 1
 #: longest key text accepted; real keys are under 200 characters, so longer input is an error
 MAX_TEXT_LEN = 4096
 
-# fullmatch only: "$" would also match before a trailing newline.
-_DIM_LIKE = re.compile(r"([a-z]+)([0-9]+)")
-_FLAG = re.compile(r"[a-z]+")
-_DIM_NAME = re.compile(r"[a-z]+")
-# Visible ASCII minus "_" (0x5f); str.isprintable() would let non-ASCII letters through.
-_BAD_CHAR = re.compile(r"[^\x21-\x5e\x60-\x7e]")
+# The grammar's character classes, tested with str methods rather than regular expressions:
+# compiling the patterns cost every process that makes its first key about 0.5 ms, more than
+# the rest of this module. Each helper below says the pattern it stands for.
+_DIGITS = "0123456789"
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
 # Longest decimal a value <= MAX_DIM can have; longer digit runs are rejected before int().
 _MAX_DIM_DIGITS = len(str(MAX_DIM))
 
 
-class Key(NamedTuple):
+def _lowercase(text: str) -> bool:
+    """Whether `text` is one or more of a-z: `re.fullmatch("[a-z]+", text)`."""
+    return bool(text) and not text.strip(_LOWER)
+
+
+def _dim_like(token: str) -> tuple[str, str] | None:
+    """A dim token's name and digits, or None: `re.fullmatch("([a-z]+)([0-9]+)", token)`."""
+    name = token.rstrip(_DIGITS)
+    if len(name) == len(token) or not _lowercase(name):
+        return None
+    return name, token[len(name) :]
+
+
+def _bad_char(token: str) -> int | None:
+    """Where the first character that is not visible ASCII or is "_" (0x5f) is, or None:
+    `re.search("[^\\x21-\\x5e\\x60-\\x7e]", token)` (str.isprintable() alone would let
+    non-ASCII letters through)."""
+    if token.isascii() and token.isprintable() and " " not in token and "_" not in token:
+        return None
+    return next(i for i, c in enumerate(token) if not "!" <= c <= "~" or c == "_")
+
+
+class Key(_KeyFields):
     """An op signature plus its named dims: what one tuning decision is about."""
 
-    # A NamedTuple, not a dataclass: the resolver builds and hashes one per call. The raw
+    # A named tuple, not a dataclass: the resolver builds and hashes one per call. The raw
     # constructor therefore validates nothing; make_key and parse do.
-    signature: str
-    dims: tuple[tuple[str, int], ...] = ()
+    __slots__ = ()
 
     @property
     def text(self) -> str:
@@ -88,21 +120,21 @@ def _check_signature_token(token: str, index: int, pos: int, what: str) -> None:
         if index == 0:
             raise _error(what, pos, token, "the op name is empty")
         raise _error(what, pos, token, "empty token (doubled, leading or trailing '_')")
-    bad = _BAD_CHAR.search(token)
+    bad = _bad_char(token)
     if bad is not None:
         # Point at the character itself: in a long token the token start would not find it.
         raise _error(
             what,
-            pos + bad.start(),
+            pos + bad,
             token,
-            f"character {bad.group()!r} is not allowed (visible ASCII other than '_' only)",
+            f"character {token[bad]!r} is not allowed (visible ASCII other than '_' only)",
         )
 
 
 def _dims_index(signature_tokens: list[str]) -> int:
     """Return where the dims block goes among the signature tokens: before the first flag."""
     for i in range(1, len(signature_tokens)):
-        if _FLAG.fullmatch(signature_tokens[i]):
+        if _lowercase(signature_tokens[i]):
             return i
     return len(signature_tokens)
 
@@ -121,7 +153,7 @@ def _check_signature(signature: object) -> None:
     pos = 0
     for index, token in enumerate(signature.split("_")):
         _check_signature_token(token, index, pos, "signature")
-        if index and _DIM_LIKE.fullmatch(token):
+        if index and _dim_like(token) is not None:
             raise _error(
                 "signature",
                 pos,
@@ -134,7 +166,7 @@ def _check_signature(signature: object) -> None:
 
 def is_dim_name(name: object) -> TypeGuard[str]:
     """Whether `name` is a legal dim name: lowercase letters a-z only, at least one."""
-    return isinstance(name, str) and _DIM_NAME.fullmatch(name) is not None
+    return isinstance(name, str) and _lowercase(name)
 
 
 def _check_dim(name: object, value: object, seen: set[str]) -> tuple[str, int]:
@@ -213,12 +245,12 @@ def parse(text: str) -> Key:
     seen: set[str] = set()
     pos = 0
     for index, token in enumerate(text.split("_")):
-        match = _DIM_LIKE.fullmatch(token) if index else None
+        match = _dim_like(token) if index else None
         if match is None:
             _check_signature_token(token, index, pos, what)
             signature_tokens.append(token)
         else:
-            name, digits = match.groups()
+            name, digits = match
             if len(digits) > 1 and digits[0] == "0":
                 raise _error(
                     what,

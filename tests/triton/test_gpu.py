@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tunecache.triton as tct
 from tests.triton.fake import GPU, CpuKernel, configs, launch
@@ -42,6 +44,22 @@ def test_the_driver_version_comes_from_proc_then_from_torch(
     assert driver_version() == "unknown"
 
 
+#: pieces of /proc/driver/nvidia/version's text, and of texts that only look like it
+PROC_PIECES = (
+    *("Kernel Module", "for", "x86_64", "580.159.04", "1", ".5", "9a", " ", "  ", "\t", "\n"),
+    *("\u2003", "\u0663", "NVRM version: NVIDIA UNIX Open ", "Release"),
+)
+
+
+@given(st.lists(st.sampled_from(PROC_PIECES), max_size=12))
+def test_the_kernel_modules_version_is_what_the_drivers_pattern_finds(parts: list[str]) -> None:
+    import re
+
+    text = "".join(parts)
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)
+    assert gpu.kernel_module_version(text) == (None if found is None else found.group(1))
+
+
 def test_a_gpus_identity_is_its_name_multiprocessors_capability_driver_and_triton(
     fake_gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -50,6 +68,15 @@ def test_a_gpus_identity_is_its_name_multiprocessors_capability_driver_and_trito
     h200 = Device("nvidia-h200", 132, "nvidia-h200-sm90-driver-580-159-04", "triton", "3.6.0")
     assert gpu_device() == h200
     assert gpu_device(0) == h200
+    # Its fields alone, checked alike, are what the first call of a stored key works from.
+    assert gpu.gpu_fields(0) == h200.fields
+    detected, given = gpu_backend(None, flush_l2=False), gpu_backend(GPU, flush_l2=False)
+    assert detected.fields is not None and detected.fields(0) == h200.fields
+    assert given.fields is not None and given.fields(0) == GPU.fields  # the device option
+    fake_gpu.torch.cuda.properties.multi_processor_count = 0  # threads 0: not an identity
+    for identity in (gpu.gpu_fields, gpu_device):
+        with pytest.raises(BadArgumentError, match="threads"):
+            identity(0)
 
 
 def test_the_backend_syncs_the_callers_stream_and_tunes_in_the_background_on_its_own(

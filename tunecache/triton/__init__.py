@@ -30,11 +30,13 @@ backend) and `autotuner` (`autotune`, and the kernel it returns).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from tunecache.triton.autotuner import autotune
 
+# Not `typing` at run time: applying the decorator loads only what remembers its arguments.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from tunecache.triton.autotuner import Autotuner
     from tunecache.triton.backend import Backend
     from tunecache.triton.background import Pending

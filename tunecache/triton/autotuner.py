@@ -3,9 +3,10 @@ attributes, no Triton in it.
 
 The decorator checks its arguments at once (`options.Options`), and applied to a kernel it
 builds an `Autotuner` that remembers them, checked against the kernel's. Making and applying it
-loads this module, `options` and the package's errors, nothing more
-(tests/triton/test_decorator.py holds the list): the GPU backend (`gpu.gpu_backend`, Triton and
-torch), the config names, the key's form, the store and the bench come with the first call.
+loads this module and `options`, nothing more (tests/triton/test_decorator.py holds the list;
+an exception class loads when a bad argument raises one): the GPU backend (`gpu.gpu_backend`,
+Triton and torch), the config names, the key's form, the store and the bench come with the
+first call.
 
 Everything Triton- or GPU-specific comes in through a `Backend` (`backend.py`); `gpu.py` builds
 the GPU one, and the tests drive the very same machinery with a CPU kernel and a CPU backend.
@@ -21,14 +22,16 @@ from __future__ import annotations
 
 import time
 from _thread import RLock  # threading costs ~2 ms to import; its RLock is this one
-from collections.abc import Callable, Mapping, Sequence
 from types import FunctionType
-from typing import TYPE_CHECKING, Any
 
-from tunecache.errors import BadArgumentError
-from tunecache.triton.options import DEFAULT_MAX_DISTANCE, Options
+from tunecache.triton.options import DEFAULT_MAX_DISTANCE, Options, bad_argument
 
+# Not `typing` at run time: applying the decorator loads only this module and `options`.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
     from tunecache.keys import Key
     from tunecache.triton.backend import Backend
     from tunecache.triton.background import Pending
@@ -48,7 +51,7 @@ def _kernel_arguments(fn: Any) -> list[str]:
     """The argument names of a `@triton.jit` kernel; BadArgumentError for anything else."""
     arg_names = getattr(fn, "arg_names", None)
     if not callable(getattr(fn, "run", None)) or arg_names is None:
-        raise BadArgumentError(
+        raise bad_argument(
             f"autotune decorates a @triton.jit kernel (with .run and .arg_names), got {fn!r}"
         )
     return list(arg_names)
@@ -77,7 +80,7 @@ class Autotuner:
         ):
             stray = [n for n in names if n not in self.arg_names]
             if stray:
-                raise BadArgumentError(f"{what} names {stray}, which are not kernel arguments")
+                raise bad_argument(f"{what} names {stray}, which are not kernel arguments")
         self.options = options
         self.keys = list(options.key)
         #: the kernel's name in keys
@@ -85,12 +88,12 @@ class Autotuner:
         # KeySpec's own checks of the key, made now (the spec is built by the first call).
         unknown = [k for k in self.keys if k not in self.arg_names]
         if unknown:
-            raise BadArgumentError(
+            raise bad_argument(
                 f"key names {unknown}, which are not arguments of {self.op}"
                 f" (its arguments: {self.arg_names})"
             )
         if len(set(self.keys)) != len(self.keys):
-            raise BadArgumentError(f"key names an argument twice: {self.keys}")
+            raise bad_argument(f"key names an argument twice: {self.keys}")
         #: how calls become keys, with the kernel's source revision (set by the first call)
         self.spec: KeySpec
         self.reset_to_zero = options.reset_to_zero
@@ -207,7 +210,7 @@ class Autotuner:
             try:
                 choice = state.memo.get(raw)
             except TypeError:
-                raise BadArgumentError(
+                raise bad_argument(
                     f"{self.spec.op}: a key argument's value is not hashable: {raw!r}"
                 ) from None
             if choice is None:
@@ -256,13 +259,16 @@ class Autotuner:
     def wait_pending(self, timeout: float | None = None) -> bool:
         """Wait until the background thread has tuned every key queued and every record this
         process has tuned is in the store (`tunecache.triton.flush`); False on timeout."""
-        from tunecache.triton.writer import WRITER
+        # Neither module is loaded for this: a process that met only stored keys queued
+        # nothing, and waits for nothing (no pending keys made, no writer loaded).
+        from tunecache.triton.state import loaded_writer
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._flow is not None and not self._flow.pending.wait(timeout):
+        if self._flow is not None and not self._flow.wait_pending(timeout):
             return False
+        writer = loaded_writer()
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return WRITER.flush(left)
+        return True if writer is None else bool(writer.flush(left))
 
     # -- Triton's default hooks -----------------------------------------------------------------
 

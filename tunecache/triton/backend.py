@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tunecache.device import Device
+    from tunecache.identity import Fields
     from tunecache.triton.configs import NoConfigError
 
 __all__ = ["Backend", "clone", "difference"]
@@ -51,6 +52,9 @@ class Backend:
     """What the autotuner needs from the machine its kernels run on.
 
     - `device(index)`: the identity of device number `index`, for the store's path and rows;
+    - `fields(index)`: that identity's checked fields (`Device.fields`), checked as a `Device`
+      checks them, where they come cheaper than the `Device` itself (the GPU backend's: the
+      first call of a stored key builds none); None: `device(index).fields`;
     - `current()`: the number of the device the calling thread launches on;
     - `sync()`: waits for the work this thread queued (None: work is synchronous);
     - `failures`: exceptions that mean "this config cannot run here" (out of resources),
@@ -83,6 +87,7 @@ class Backend:
         "device",
         "difference",
         "failures",
+        "fields",
         "flush",
         "no_config_error",
         "sync",
@@ -102,8 +107,10 @@ class Backend:
         default_config: Callable[[], Any] | None = None,
         no_config_error: type[NoConfigError] | None = None,
         difference: Callable[[Any, Any, float | None], str | None] = difference,
+        fields: Callable[[int], Fields] | None = None,
     ) -> None:
         self.device, self.current, self.sync, self.failures = device, current, sync, failures
+        self.fields = fields
         self.context, self.clone, self.flush = context, clone, flush
         self.bench: dict[str, Any] = dict(bench or {})
         self.default_config = default_config

@@ -51,11 +51,13 @@ class ConfigSet:
         options: Options,
         op: str,
         no_config_error: type[NoConfigError] | None = None,
+        names: tuple[str, ...] | None = None,
     ) -> None:
         #: the configs, in order (Triton's `Autotuner.configs`)
         self.configs = configs
-        #: the configs' names, in order: the candidate list stored with every entry
-        self.names = tuple(config_name(c) for c in configs)
+        #: the configs' names, in order: the candidate list stored with every entry (`names`,
+        #: where the caller has them: `config_name` of each config)
+        self.names = tuple(config_name(c) for c in configs) if names is None else names
         #: name -> config, for every config met so far (made-up ones included)
         self.by_name: dict[str, Any] = dict(zip(self.names, configs, strict=True))
         self._choices: dict[str, Choice] = {}

@@ -82,16 +82,18 @@ class Flow:
         self.kernel = kernel
         self.backend = backend
         options = kernel.options
-        configs = options.configs
+        named = options.named_configs
+        configs = list(named.values())
+        names: tuple[str, ...] | None = tuple(named)
         if not configs:
             if backend.default_config is None:
                 from tunecache.errors import BadArgumentError
 
                 raise BadArgumentError("autotune needs at least one config")
-            configs = [backend.default_config()]
+            configs, names = [backend.default_config()], None
         op = kernel.spec.op
-        #: the configs by name, with Triton's pruning of them
-        self.configs = ConfigSet(list(configs), options, op, backend.no_config_error)
+        #: the configs by name, with Triton's pruning of them (named once, by `options`)
+        self.configs = ConfigSet(configs, options, op, backend.no_config_error, names)
         #: what every call launches when there is one config: no key, no store, as in Triton
         self.single: Choice | None = (
             self.configs.choice(self.configs.names[0]) if len(configs) == 1 else None
@@ -134,6 +136,11 @@ class Flow:
                 kernel.errors,
             )
         return self._pending
+
+    def wait_pending(self, timeout: float | None = None) -> bool:
+        """Wait until the background thread has tuned every key queued (`PendingKeys.wait`);
+        True at once where no key was ever borrowed (the pending keys were never made)."""
+        return True if self._pending is None else self._pending.wait(timeout)
 
     def state(self, index: int) -> DeviceState:
         """Device `index`'s state, opened on its first call."""

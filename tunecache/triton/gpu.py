@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import NoConfigError
+
+if TYPE_CHECKING:
+    from tunecache.identity import Fields
 
 __all__ = [
     "GPU_BENCH",
@@ -27,6 +29,8 @@ __all__ = [
     "driver_version",
     "gpu_backend",
     "gpu_device",
+    "gpu_fields",
+    "kernel_module_version",
     "tensor_difference",
     "triton_no_config_error",
 ]
@@ -62,13 +66,44 @@ def _torch() -> Any:
         raise BadArgumentError(f"tunecache.triton needs torch for the GPU: {error}") from None
 
 
+def _leading_version(text: str) -> str | None:
+    """The run of digits and dots `text` starts with, if it starts with a digit."""
+    if not text[:1].isdigit() or not text[:1].isascii():
+        return None
+    end = next((i for i, c in enumerate(text) if c not in "0123456789."), len(text))
+    return text[:end]
+
+
+def kernel_module_version(text: str) -> str | None:
+    r"""The driver's version in /proc/driver/nvidia/version's text ("NVRM version: NVIDIA UNIX
+    Open Kernel Module for x86_64  580.159.04  Release Build ..."), or None: what
+    `re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)` finds, in str methods
+    (compiling that pattern cost each process's first call about 0.1 ms)."""
+    at = text.find("Kernel Module")
+    while at >= 0:
+        rest = text[at + len("Kernel Module") :]
+        after = rest.lstrip()
+        if after != rest:
+            found = _leading_version(after)
+            if found is None and after.startswith("for "):
+                word = after[len("for ") :]
+                end = next((i for i, c in enumerate(word) if c.isspace()), len(word))
+                tail = word[end:]
+                if end and tail.lstrip() != tail:
+                    found = _leading_version(tail.lstrip())
+            if found is not None:
+                return found
+        at = text.find("Kernel Module", at + 1)
+    return None
+
+
 def driver_version() -> str:
     """The GPU driver's version ("580.159.04"), or the CUDA driver API's ("cuda-13.0")."""
     try:
         with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
-            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", fh.read())
+            found = kernel_module_version(fh.read())
         if found:
-            return found.group(1)
+            return found
     except OSError:
         pass
     torch = _torch()
@@ -84,14 +119,10 @@ def driver_version() -> str:
     return "unknown"
 
 
-def gpu_device(index: int | None = None) -> Any:
-    """The identity of GPU `index` (default: the current one) for Triton's kernels.
-
-    cpu = the GPU's name as a slug (nvidia-h200), threads = its multiprocessor count (so a MIG
-    slice is another device), accelerator = name, compute capability and driver version,
-    client = "triton" at Triton's version: a new driver or Triton starts a fresh cache.
-    """
-    from tunecache.device import Device, slugify
+def gpu_fields(index: int | None = None) -> Fields:
+    """`gpu_device(index).fields`, checked as a Device checks them, without building the
+    Device (nor importing its module): what the first call of a stored key needs."""
+    from tunecache.identity import check_fields, slugify
 
     torch = _torch()
     if index is None:
@@ -99,13 +130,27 @@ def gpu_device(index: int | None = None) -> Any:
     props = torch.cuda.get_device_properties(index)
     capability = f"sm{props.major}{props.minor}"
     accelerator = slugify(f"{props.name} {capability} driver {driver_version()}")
-    return Device(
-        cpu=slugify(props.name),
-        threads=int(props.multi_processor_count),
-        accelerator=accelerator,
-        client="triton",
-        client_version=str(_triton().__version__),
+    fields = (
+        slugify(props.name),
+        int(props.multi_processor_count),
+        accelerator,
+        "triton",
+        str(_triton().__version__),
     )
+    check_fields(*fields)
+    return fields
+
+
+def gpu_device(index: int | None = None) -> Any:
+    """The identity of GPU `index` (default: the current one) for Triton's kernels.
+
+    cpu = the GPU's name as a slug (nvidia-h200), threads = its multiprocessor count (so a MIG
+    slice is another device), accelerator = name, compute capability and driver version,
+    client = "triton" at Triton's version: a new driver or Triton starts a fresh cache.
+    """
+    from tunecache.device import Device
+
+    return Device(*gpu_fields(index))
 
 
 def _failures() -> tuple[type[Exception], ...]:
@@ -266,6 +311,9 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
     def identity(index: int) -> Any:
         return device if device is not None else gpu_device(index)
 
+    def fields(index: int) -> Fields:
+        return device.fields if device is not None else gpu_fields(index)
+
     def sync() -> None:
         # The stream this thread launches on: a background tuner's own stream, or the
         # caller's; the host clock is read only once that work is done.
@@ -311,6 +359,7 @@ def gpu_backend(device: Any, flush_l2: bool) -> Backend:
         difference=lambda expected, actual, tolerance: tensor_difference(
             torch, expected, actual, tolerance, gaps=_gaps()
         ),
+        fields=fields,
     )
 
 

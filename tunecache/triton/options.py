@@ -10,11 +10,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TypeGuard
 
-from tunecache.errors import BadArgumentError
+# Not `typing` at run time, nor the errors' module: applying the decorator loads neither
+# (tests/triton/test_decorator.py holds what it loads).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeGuard
 
-__all__ = ["DEFAULTS", "DEFAULT_MAX_DISTANCE", "UNSEEN", "Options", "check_max_distance"]
+    from tunecache.errors import BadArgumentError
+
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_MAX_DISTANCE",
+    "UNSEEN",
+    "Options",
+    "bad_argument",
+    "check_max_distance",
+]
 
 #: `max_distance`'s default: the resolver's own (`tunecache.resolve.DEFAULT_MAX_DISTANCE`,
 #: which a test keeps equal), spelled out so that making the decorator imports no resolver
@@ -23,6 +35,15 @@ DEFAULT_MAX_DISTANCE = 1.0
 #: what an unseen key gets: a tuned neighbour's config now (tuned later on request, or by a
 #: daemon thread), or a tune right away as Triton does
 UNSEEN = ("borrow", "background", "tune")
+
+
+def bad_argument(message: str) -> BadArgumentError:
+    """The BadArgumentError saying `message`, its module imported now: making and applying the
+    decorator define no exception class unless an argument is bad."""
+    from tunecache.errors import BadArgumentError
+
+    return BadArgumentError(message)
+
 
 _PRUNE_KEYS = frozenset({"perf_model", "top_k", "early_config_prune"})
 _BENCH_KEYS = frozenset(
@@ -85,14 +106,14 @@ class Options:
         given = {**DEFAULTS, **arguments}
         #: the configs as given, each checked to be config-shaped
         self.given_configs = _check_configs(configs)
-        self._configs: list[Any] | None = None
+        self._configs: dict[str, Any] | None = None
         self.key = _check_key(key)
         self.perf_model, self.top_k, self.early_prune = _check_prune(given["prune_configs_by"])
         self.reset_to_zero = _names_list(given["reset_to_zero"], "reset_to_zero")
         self.restore_value = _names_list(given["restore_value"], "restore_value")
         for what in ("pre_hook", "post_hook", "do_bench"):
             if given[what] is not None and not callable(given[what]):
-                raise BadArgumentError(f"{what} must be callable, got {given[what]!r}")
+                raise bad_argument(f"{what} must be callable, got {given[what]!r}")
         self.pre_hook: Callable[..., Any] | None = given["pre_hook"]
         self.post_hook: Callable[..., Any] | None = given["post_hook"]
         self.do_bench: Callable[..., Any] | None = given["do_bench"]
@@ -118,14 +139,19 @@ class Options:
     def configs(self) -> list[Any]:
         """The configs with duplicates dropped (the first of equal names stays): named when
         first asked (by the kernel's first call), so that making the decorator names none."""
+        return list(self.named_configs.values())
+
+    @property
+    def named_configs(self) -> dict[str, Any]:
+        """`configs` by name, in order (a copy): the kernel's first call names them once."""
         if self._configs is None:
             from tunecache.triton.keys import config_name
 
             names: dict[str, Any] = {}
             for config in self.given_configs:
                 names.setdefault(config_name(config), config)
-            self._configs = list(names.values())
-        return self._configs
+            self._configs = names
+        return dict(self._configs)
 
 
 def _real(value: object) -> TypeGuard[int | float]:
@@ -142,7 +168,7 @@ def check_max_distance(value: object) -> float:
     """A nearest-shape cap as a float, or BadArgumentError: the resolver's rule and words
     (`tunecache.resolve.check_max_distance`, which a test holds to the same answers)."""
     if not _real(value) or not 0 <= value < math.inf:
-        raise BadArgumentError(
+        raise bad_argument(
             f"max_distance is a finite number >= 0 (0 borrows nothing), got {value!r}"
         )
     return float(value)
@@ -150,25 +176,25 @@ def check_max_distance(value: object) -> float:
 
 def _check_unseen(unseen: Any) -> Any:
     if unseen not in UNSEEN:
-        raise BadArgumentError(f"unseen must be one of {UNSEEN}, got {unseen!r}")
+        raise bad_argument(f"unseen must be one of {UNSEEN}, got {unseen!r}")
     return unseen
 
 
 def _check_name(name: Any) -> Any:
     if name is not None and (not isinstance(name, str) or not name.strip("_")):
-        raise BadArgumentError(f"name must be a non-empty string, got {name!r}")
+        raise bad_argument(f"name must be a non-empty string, got {name!r}")
     return name
 
 
 def _check_revision(revision: Any) -> Any:
     if revision is not None and (not isinstance(revision, str) or not revision):
-        raise BadArgumentError(f"revision is 'auto', None or a non-empty string: {revision!r}")
+        raise bad_argument(f"revision is 'auto', None or a non-empty string: {revision!r}")
     return revision
 
 
 def _check_pending_limit(limit: Any) -> Any:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise BadArgumentError(f"pending_limit is an int >= 0, got {limit!r}")
+        raise bad_argument(f"pending_limit is an int >= 0, got {limit!r}")
     return limit
 
 
@@ -177,12 +203,12 @@ def _check_milliseconds(warmup: Any, rep: Any) -> None:
     # evidence, within `bench["budget"]`).
     for what, value in (("warmup", warmup), ("rep", rep)):
         if value is not None and (not _real(value)):
-            raise BadArgumentError(f"{what} is a number of milliseconds, got {value!r}")
+            raise bad_argument(f"{what} is a number of milliseconds, got {value!r}")
 
 
 def _check_flush_l2(flush_l2: Any) -> Any:
     if not isinstance(flush_l2, bool):
-        raise BadArgumentError(f"flush_l2 is a bool, got {flush_l2!r}")
+        raise bad_argument(f"flush_l2 is a bool, got {flush_l2!r}")
     return flush_l2
 
 
@@ -190,7 +216,7 @@ def _check_outputs(value: Any) -> bool | list[str]:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) or not isinstance(value, Sequence) or not value:
-        raise BadArgumentError(
+        raise bad_argument(
             f"check_outputs is a bool or a non-empty list of argument names, got {value!r}"
         )
     return _names_list(value, "check_outputs")
@@ -198,18 +224,18 @@ def _check_outputs(value: Any) -> bool | list[str]:
 
 def _check_tolerance(value: Any) -> Any:
     if value is not None and (not _real(value) or not 0 <= value < math.inf):
-        raise BadArgumentError(f"check_tolerance is None or a finite number >= 0, got {value!r}")
+        raise bad_argument(f"check_tolerance is None or a finite number >= 0, got {value!r}")
     return None if value is None else float(value)
 
 
 def _check_configs(configs: Sequence[Any]) -> list[Any]:
     if isinstance(configs, str | bytes) or not isinstance(configs, Sequence):
-        raise BadArgumentError(f"configs is a list of triton.Config, got {configs!r}")
+        raise bad_argument(f"configs is a list of triton.Config, got {configs!r}")
     # A config that is not config-shaped fails here, with its position (`keys.config_name`,
     # which names it at the first call, says the same of one).
     for i, config in enumerate(configs):
         if not isinstance(getattr(config, "kwargs", None), Mapping):
-            raise BadArgumentError(
+            raise bad_argument(
                 f"config {i}: a config is a triton.Config (with .kwargs and .num_warps), "
                 f"got {type(config).__name__}"
             )
@@ -218,9 +244,9 @@ def _check_configs(configs: Sequence[Any]) -> list[Any]:
 
 def _check_key(key: Sequence[str]) -> list[str]:
     if isinstance(key, str) or not isinstance(key, Sequence):
-        raise BadArgumentError(f"key is a list of argument names, got {key!r}")
+        raise bad_argument(f"key is a list of argument names, got {key!r}")
     if not all(isinstance(k, str) for k in key):
-        raise BadArgumentError(f"key is a list of argument names, got {list(key)!r}")
+        raise bad_argument(f"key is a list of argument names, got {list(key)!r}")
     return list(key)
 
 
@@ -230,10 +256,10 @@ def _check_dims(dims: Sequence[str] | None, key: list[str]) -> list[str] | None:
         or not isinstance(dims, Sequence)
         or not all(isinstance(d, str) for d in dims)
     ):
-        raise BadArgumentError(f"dims is a list of key argument names, got {dims!r}")
+        raise bad_argument(f"dims is a list of key argument names, got {dims!r}")
     stray = [d for d in dims or () if d not in key]
     if stray:
-        raise BadArgumentError(f"dims names {stray}, which are not in key {key}")
+        raise bad_argument(f"dims names {stray}, which are not in key {key}")
     return None if dims is None else list(dims)
 
 
@@ -243,7 +269,7 @@ def _check_device(device: Any) -> Any:
         from tunecache.device import Device
 
         if not isinstance(device, Device):
-            raise BadArgumentError(f"device is a tunecache.Device, got {device!r}")
+            raise bad_argument(f"device is a tunecache.Device, got {device!r}")
     return device
 
 
@@ -251,7 +277,7 @@ def _names_list(value: Sequence[str] | None, what: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise BadArgumentError(f"{what} is a list of argument names, got {value!r}")
+        raise bad_argument(f"{what} is a list of argument names, got {value!r}")
     return list(value)
 
 
@@ -261,22 +287,22 @@ def _check_prune(
     if not prune:
         return None, 1.0, None
     if not isinstance(prune, Mapping):
-        raise BadArgumentError(f"prune_configs_by is a dict, got {prune!r}")
+        raise bad_argument(f"prune_configs_by is a dict, got {prune!r}")
     unknown = sorted(set(prune) - _PRUNE_KEYS)
     if unknown:
-        raise BadArgumentError(
+        raise bad_argument(
             f"prune_configs_by has unknown fields {unknown}; known: {sorted(_PRUNE_KEYS)}"
         )
     perf_model = prune.get("perf_model")
     early = prune.get("early_config_prune")
     for what, fn in (("perf_model", perf_model), ("early_config_prune", early)):
         if fn is not None and not callable(fn):
-            raise BadArgumentError(f"prune_configs_by[{what!r}] must be callable, got {fn!r}")
+            raise bad_argument(f"prune_configs_by[{what!r}] must be callable, got {fn!r}")
     top_k = prune.get("top_k", 1.0)
     if isinstance(top_k, bool) or not (
         (isinstance(top_k, float) and 0 < top_k <= 1.0) or (isinstance(top_k, int) and top_k >= 1)
     ):
-        raise BadArgumentError(
+        raise bad_argument(
             f"prune_configs_by['top_k'] is a float in (0, 1] or an int >= 1, got {top_k!r}"
         )
     return perf_model, top_k, early
@@ -286,8 +312,8 @@ def _check_bench(options: Mapping[str, Any] | None) -> dict[str, Any]:
     if options is None:
         return {}
     if not isinstance(options, Mapping):
-        raise BadArgumentError(f"bench is a dict of tunecache.bench.bench options, got {options!r}")
+        raise bad_argument(f"bench is a dict of tunecache.bench.bench options, got {options!r}")
     unknown = sorted(set(options) - _BENCH_KEYS)
     if unknown:
-        raise BadArgumentError(f"bench has unknown options {unknown}; known: {sorted(_BENCH_KEYS)}")
+        raise bad_argument(f"bench has unknown options {unknown}; known: {sorted(_BENCH_KEYS)}")
     return dict(options)

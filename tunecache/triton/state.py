@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tunecache import paths
 from tunecache.candidates import checksum
 from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
-from tunecache.triton import jitkey
+from tunecache.identity import fingerprint
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
@@ -30,6 +30,7 @@ from tunecache.triton.stored import StoreReader, Unreadable
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
     from tunecache.device import Device
+    from tunecache.identity import Fields
     from tunecache.keys import Key
     from tunecache.resolve import Answer, Table
     from tunecache.triton.writer import Destination
@@ -83,13 +84,31 @@ class WarnOnce:
 class DeviceState:
     """One device's view: its identity, its store, its memo of answered calls."""
 
-    __slots__ = ("_destination", "decided", "device", "index", "memo", "reader", "root", "table")
+    __slots__ = (
+        "_destination",
+        "_device",
+        "decided",
+        "fields",
+        "index",
+        "memo",
+        "reader",
+        "root",
+        "table",
+    )
 
-    def __init__(self, index: int, device: Device, reader: StoreReader, root: Any = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        device: Device | Fields,
+        reader: StoreReader,
+        root: Any = None,
+    ) -> None:
         #: the device's number, as the backend counts them
         self.index = index
-        #: the device's identity: the store's path and rows
-        self.device = device
+        #: the checked fields of the device's identity (`Device.fields`): the store's path, and
+        #: its rows' fingerprint
+        self.fields: Fields = device if isinstance(device, tuple) else device.fields
+        self._device = None if isinstance(device, tuple) else device
         #: the store's own reads (exact keys, old entries), through stdlib sqlite3
         self.reader = reader
         #: the resolver's view of the store with this process's decisions added in memory,
@@ -103,6 +122,16 @@ class DeviceState:
         #: the cache root the store was found under (None: an explicit path), as it was then
         self.root = root
         self._destination: Destination | None = None
+
+    @property
+    def device(self) -> Device:
+        """The device's identity (given, or built from `fields` when first asked: by the
+        first key that is tuned, borrowed or written; a stored key needs only the fields)."""
+        if self._device is None:
+            from tunecache.device import Device
+
+            self._device = Device(*self.fields)
+        return self._device
 
     @property
     def destination(self) -> Destination:
@@ -130,6 +159,14 @@ class Target:
         self.sum = checksum(names)
 
 
+def _unhashed() -> bool:
+    """Whether this process's Triton has yet to hash its installation: a look at its
+    `triton_key`'s lru_cache, nothing imported (tunecache.triton.jitkey loads only then)."""
+    found = getattr(sys.modules.get("triton.runtime.cache"), "triton_key", None)
+    info = getattr(found, "cache_info", None)
+    return callable(info) and info().currsize == 0
+
+
 def loaded_writer() -> Any:
     """This process's writer if its module is loaded, else None: then nothing was queued, and
     a warm process that only meets stored keys never loads it."""
@@ -145,18 +182,32 @@ class KernelStore:
         self.warn = warn
 
     def open(self, index: int) -> DeviceState:
-        """Device `index`'s state: its store located, nothing read yet (no SQLAlchemy)."""
-        device = self._backend.device(index)
-        options = self._options
-        _, db = paths.locate(device=device, root=options.root, path=options.path)
+        """Device `index`'s state: its store located, nothing read yet (no SQLAlchemy).
+
+        A backend that gives the identity's fields (the GPU's) builds no `Device` for it: the
+        store's path (as `paths.locate` makes it) and the rows' fingerprint (as
+        `Device.fingerprint` is) come from the fields, checked as a Device checks them."""
+        backend, options = self._backend, self._options
+        found: Device | Fields = (
+            backend.device(index) if backend.fields is None else backend.fields(index)
+        )
+        fields = found if isinstance(found, tuple) else found.fields
+        cpu, threads, _, client, version = fields
+        if options.path is not None:
+            db = paths.explicit_path(options.path)
+        else:
+            db = paths.database_path_of(client, version, cpu, threads, options.root)
         # The root as it is now: a record written later (at exit, say) goes to this store
         # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
-        root = None if options.path is not None else paths.cache_root(device.client, options.root)
-        state = DeviceState(index, device, StoreReader(db, device.fingerprint), root)
-        if jitkey.pending():
+        root = None if options.path is not None else paths.cache_root(client, options.root)
+        state = DeviceState(index, found, StoreReader(db, fingerprint(fields)), root)
+        if _unhashed():
             # Before this process's first launch: Triton's installation hash from the file
             # beside the store, not 0.4 s of hashing (tunecache.triton.jitkey).
-            jitkey.remember(db.parent)
+            from tunecache.triton import jitkey
+
+            if jitkey.pending():
+                jitkey.remember(db.parent)
         writer = loaded_writer()
         if writer is not None:
             # Another kernel of this process may have decisions for this store on their way:
