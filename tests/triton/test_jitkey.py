@@ -40,6 +40,8 @@ import triton.compiler.compiler as compiler
 if sys.argv[3] == "hashed first":
     cache.triton_key()
 from tunecache.triton import jitkey
+if sys.argv[4] != "default":
+    jitkey.SETTLED = float(sys.argv[4])  # the files here were all written just now
 said = jitkey.remember(sys.argv[2])
 print(json.dumps({"said": said, "calls": len(cache.CALLS), "key": cache.triton_key(),
                   "compiler's": compiler.triton_key(), "pending": jitkey.pending()}))
@@ -65,9 +67,11 @@ def _installation(site: Path) -> None:
         path.write_text(text)
 
 
-def _child(site: Path, folder: Path, how: str = "", **env: str) -> dict[str, object]:
+def _child(
+    site: Path, folder: Path, how: str = "", settled: str = "0", **env: str
+) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(site), str(folder), how],
+        [sys.executable, "-c", CHILD, str(site), str(folder), how, settled],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -104,6 +108,68 @@ def test_an_installation_that_changed_is_hashed_again(tmp_path: Path) -> None:
     assert again["key"] != first["key"]
     # Both states are kept: an environment that still has the first one is served it.
     assert _child(site, folder)["said"] == "remembered"
+
+
+def test_a_hash_of_files_written_just_now_is_not_kept(tmp_path: Path) -> None:
+    from tunecache.triton import jitkey
+
+    site, folder = tmp_path / "site", tmp_path / "store"
+    _installation(site)
+    # An install under way could still change a file within the timestamp tick Triton read it
+    # in: with the default settling time, files written just now are hashed, never kept.
+    for _ in range(2):
+        got = _child(site, folder, settled="default")
+        assert got["said"] == "computed" and got["calls"] == 1
+    assert not (folder / jitkey.FILE).exists()
+
+
+def test_states_beyond_the_kept_number_are_dropped_oldest_first(tmp_path: Path) -> None:
+    from tunecache.triton import jitkey
+
+    site, folder = tmp_path / "site", tmp_path / "store"
+    _installation(site)
+    first = _child(site, folder)
+    for n in range(jitkey.KEPT):
+        (site / "triton/language/__init__.py").write_text(f"# state {n}\n")
+        assert _child(site, folder)["said"] == "computed"
+    kept = json.loads((folder / jitkey.FILE).read_text())["keys"]
+    assert len(kept) == jitkey.KEPT and first["key"] not in kept.values()
+
+
+def test_the_fingerprint_covers_every_module_pkgutil_finds(tmp_path: Path) -> None:
+    import pkgutil
+
+    from tunecache.triton import jitkey
+
+    site = tmp_path / "site"
+    _installation(site)
+    triton = site / "triton"
+    nested = triton / "language/extra/cuda"
+    nested.mkdir(parents=True)
+    for init in (triton / "language/extra/__init__.py", nested / "__init__.py"):
+        init.write_text("")
+    (nested / "libdevice.py").write_text("")
+    (triton / "backends/nvidia/only_bytecode.pyc").write_bytes(b"")
+    (triton / "language/not_a_package").mkdir()
+    (triton / "language/not_a_package/x.py").write_text("")
+    (triton / "language/looped").symlink_to(triton / "language", target_is_directory=True)
+    files = jitkey.fingerprint_files(str(triton / "runtime/cache.py"))
+    # A file is covered when its own state is taken, under whatever path (the looped link
+    # names language/ again: pkgutil reads its files twice, the fingerprint once).
+    real = {os.path.realpath(f) for f in files}
+    # What Triton's own hash reads there: pkgutil's walk of each of the three packages.
+    sys.path.insert(0, str(site))
+    try:
+        for sub in ("compiler", "backends", "language"):
+            for found in pkgutil.walk_packages([str(triton / sub)], prefix=f"triton.{sub}."):
+                spec = found.module_finder.find_spec(found.name)  # type: ignore[call-arg]
+                assert spec is not None and os.path.realpath(str(spec.origin)) in real, found.name
+    finally:
+        sys.path.remove(str(site))
+        for name in [n for n in sys.modules if n == "triton" or n.startswith("triton.")]:
+            del sys.modules[name]
+    assert str(triton / "_C/libtriton.so") in files
+    assert not any("not_a_package" in f for f in files)
 
 
 def test_nothing_is_done_where_triton_hashed_already_or_it_is_turned_off(tmp_path: Path) -> None:

@@ -327,6 +327,19 @@ def gaps_checks() -> None:
                 assert with_kernel == without, (dtype, n, name, with_kernel, without)
                 assert (with_kernel is None) == (name in ("same", "near")), (name, with_kernel)
                 checked += 1
+    # NaNs in the same places agree (by the rules); an offset view (not on a 16-byte
+    # boundary: another compiled variant) gives torch's figures; nothing to compare, nothing.
+    holes = torch.randn(5000, device="cuda")
+    holes[[7, 4000]] = float("nan")
+    assert tensor_difference(torch, holes, holes.clone(), None, 0, gaps=float_gaps) is None
+    base = torch.randn(70001, device="cuda").half()
+    view, other = base[1:], (base[1:].float() * (1 + 1e-4)).half()
+    gap, size = float_gaps(torch, view, other)
+    assert gap == float((other.float() - view.float()).abs().max()), gap
+    assert size == float(view.float().abs().max()), size
+    empty = torch.empty(0, device="cuda")
+    assert float_gaps(torch, empty, empty) == (0.0, 0.0)
+    checked += 3
     # Infinities in the reference: equal ones agree, a number where it has one does not.
     ref = torch.randn(5000, device="cuda")
     ref[10] = float("inf")
@@ -337,8 +350,8 @@ def gaps_checks() -> None:
     assert said == "infinities differ", said
     ok(
         f"the output check's gaps kernel: {checked} cases give torch's own figures and"
-        " verdicts (fp16/bf16/fp32, NaN, inf, 1 to 2**20 values); an infinity in the"
-        " reference is no blank cheque"
+        " verdicts (fp16/bf16/fp32, NaN, inf, an offset view, 0 to 2**20 values); an"
+        " infinity in the reference is no blank cheque"
     )
 
 

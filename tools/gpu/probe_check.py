@@ -10,7 +10,8 @@ end of its GPU work:
 
 - `clone`: the reference copy alone (a device-to-device copy);
 - `sub`, `norm`: torch's subtraction, torch's inf-norm in float32;
-- `difference`: tunecache.triton.gpu.tensor_difference whole (what the check runs);
+- `difference`: tunecache.triton.gpu.tensor_difference on torch's path (no `gaps=`: what the
+  check ran before tunecache.triton.gaps);
 - `triton gap`: a small Triton kernel of this file (largest |a - b| and |a| per block), its
   compiled form already in Triton's disk cache (a child compiles it first, untimed);
 - `difference, warmed in a thread`: the torch ops started on a second thread on tiny tensors
@@ -164,7 +165,10 @@ def main() -> None:
         return
     for family in options.family or ["matmul", "layernorm"]:
         print(f"== {family}: the first comparison of a fresh process, ms (median of runs)")
-        print(f"   compiling the Triton gap kernel (cold disk cache): {run(family, 'compile')}")
+        print(
+            "   compiling the Triton gap kernel (a cold disk cache the first time, for the first"
+            f" family): {run(family, 'compile')}"
+        )
         got: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
         for r in range(options.runs):
             order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]

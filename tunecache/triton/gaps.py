@@ -6,8 +6,10 @@ torch's own subtraction and inf-norm, that costs a fresh process 50-70 ms the fi
 distinct torch kernel a process meets loads its module, and the norm's reduction module alone
 is ~54 ms on the H200 (tools/gpu/probe_check.py), more than the rest of the first key's check.
 The same two maxima from one Triton kernel cost 2.6-2.8 ms there on first use, once Triton's
-disk cache holds it: it is compiled once per Triton version and output dtype (~0.36 s on the
-H200, kept in Triton's cache like the user's kernels), and its length is not specialised on.
+disk cache holds it: it is compiled once per Triton version, GPU architecture and output
+dtype (~0.36 s on the H200, kept in Triton's cache like the user's kernels; its length is not
+specialised on, but a tensor that does not start on a 16-byte boundary, or of 2**31 values or
+more, is another variant, compiled once too).
 
 `float_gaps(torch, expected, actual)` gives (largest gap, largest reference magnitude) in
 float32, with every NaN in either tensor counted as an infinite gap and magnitude, so a
@@ -98,17 +100,22 @@ def float_gaps(torch: Any, expected: Any, actual: Any) -> tuple[float, float] | 
     if kernel is False:
         return None
     count = int(expected.numel())
+    if count == 0:
+        return 0.0, 0.0
     blocks = -(-count // BLOCK)
     out = torch.empty(2 * blocks, dtype=torch.float32, device=expected.device)
     try:
-        kernel[(blocks,)](expected, actual, out, count, BLOCK=BLOCK)
-        # A copy to the host waits for the kernel; the last maxima are the host's (numpy).
-        figures = out.view(blocks, 2).cpu().numpy()
-    except Exception as error:  # the kernel would not build or run here: torch's path
+        # Triton launches on the current device: the tensors' own, for the launch.
+        with torch.cuda.device(expected.device):
+            kernel[(blocks,)](expected, actual, out, count, BLOCK=BLOCK)
+    except Exception as error:  # it would not compile or launch here: torch's path from now
         with _lock:
             _kernel = False
         _said(error)
         return None
+    # A copy to the host waits for the kernel (an error of the device's surfaces here, and is
+    # raised as torch's own path would raise it); the last maxima are the host's (numpy).
+    figures = out.view(blocks, 2).cpu().numpy()
     return float(figures[:, 0].max()), float(figures[:, 1].max())
 
 

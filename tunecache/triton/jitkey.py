@@ -30,7 +30,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV", "FILE", "KEPT", "fingerprint", "outcome", "pending", "remember"]
+__all__ = [
+    "ENV",
+    "FILE",
+    "KEPT",
+    "SETTLED",
+    "fingerprint",
+    "fingerprint_files",
+    "outcome",
+    "pending",
+    "remember",
+]
 
 #: the environment variable that turns remembering off ("0", "off", "false", "no")
 ENV = "TUNECACHE_TRITON_KEY"
@@ -42,6 +52,8 @@ KEPT = 8
 _FORMAT = 1
 
 _lock = threading.Lock()
+#: whether this process's Triton is served a kept hash (then nothing is pending)
+_served = False
 
 #: what this process's `remember` did ("remembered", "computed", "left"; None: not called)
 outcome: str | None = None
@@ -53,7 +65,7 @@ def pending() -> bool:
     if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
         return False
     found = _key_function()
-    return found is not None and found.cache_info().currsize == 0
+    return not _served and found is not None and found.cache_info().currsize == 0
 
 
 def _key_function() -> Any:
@@ -65,20 +77,37 @@ def _key_function() -> Any:
     return None
 
 
-def _modules(folder: str) -> Iterator[str]:
+def _suffixes() -> tuple[str, ...]:
+    """The file suffixes a module can have under this interpreter (`.py`, `.pyc`, extension
+    modules' own), as `pkgutil` accepts them."""
+    import importlib.machinery
+
+    return tuple(importlib.machinery.all_suffixes())
+
+
+def _modules(folder: str, suffixes: tuple[str, ...], seen: set[str]) -> Iterator[str]:
     """Every module file under `folder` that `pkgutil.walk_packages` could find: files with a
-    module suffix, in folders that are packages (an `__init__` file), recursively."""
+    module suffix, in folders that are packages (an `__init__` file), recursively; a folder
+    met twice (a symbolic link's loop) is walked once."""
+    real = os.path.realpath(folder)
+    if real in seen:
+        return
+    seen.add(real)
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
         return
     for entry in entries:
-        if entry.is_dir(follow_symlinks=True):
+        try:
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError:
+            continue
+        if is_dir:
             if entry.name != "__pycache__" and any(
                 n.startswith("__init__.") for n in _names(entry.path)
             ):
-                yield from _modules(entry.path)
-        elif entry.name.endswith((".py", ".pyc", ".so", ".pyd")):
+                yield from _modules(entry.path, suffixes, seen)
+        elif entry.name.endswith(suffixes):
             yield entry.path
 
 
@@ -89,27 +118,41 @@ def _names(folder: str) -> list[str]:
         return []
 
 
-def fingerprint(cache_file: str, version: str) -> str:
-    """The state of the Triton installation whose `triton/runtime/cache.py` is `cache_file`:
-    a hash of Triton's `version` and the path, size, times, inode and device of every file
-    Triton's own hash reads (its own module, the compiler, backends and language packages,
-    libtriton)."""
+def fingerprint_files(cache_file: str) -> list[str]:
+    """The files whose state `fingerprint` takes, for the Triton installation whose
+    `triton/runtime/cache.py` is `cache_file`: that module, every module file of its compiler,
+    backends and language packages (a superset of what `pkgutil.walk_packages` finds there,
+    which is what Triton's own hash reads), and libtriton."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(cache_file)))
     files = [os.path.abspath(cache_file)]
+    suffixes, seen = _suffixes(), set[str]()
     for sub in ("compiler", "backends", "language"):
-        files.extend(_modules(os.path.join(package, sub)))
+        files.extend(_modules(os.path.join(package, sub), suffixes, seen))
     native = os.path.join(package, "_C")
     files.extend(os.path.join(native, n) for n in sorted(_names(native)) if "libtriton" in n)
-    digest = hashlib.sha256(f"triton {version}\n".encode())
-    for path in files:
+    return files
+
+
+def fingerprint(cache_file: str, version: str) -> tuple[str, float]:
+    """The state of the Triton installation whose `triton/runtime/cache.py` is `cache_file`:
+    a hash of Triton's `version`, the interpreter's extension suffix and the path, size, times,
+    inode and device of every file of `fingerprint_files`; with the newest of those files'
+    modification and change times (seconds since the epoch)."""
+    import sysconfig
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    digest = hashlib.sha256(f"triton {version} {suffix}\n".encode())
+    newest = 0.0
+    for path in fingerprint_files(cache_file):
         try:
             st = os.stat(path)
         except OSError:
             digest.update(f"{path} missing\n".encode("utf-8", "surrogateescape"))
             continue
+        newest = max(newest, st.st_mtime, st.st_ctime)
         line = f"{path} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino} {st.st_dev}\n"
         digest.update(line.encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
+    return digest.hexdigest(), newest
 
 
 def _read(path: Path) -> dict[str, str]:
@@ -135,6 +178,8 @@ def _write(path: Path, keys: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=".triton-key-", dir=path.parent)
     try:
+        # Readable by the others who share the folder (mkstemp makes it the owner's only).
+        os.fchmod(fd, 0o644)
         with open(fd, "w", encoding="utf-8") as fh:
             json.dump({"format": _FORMAT, "keys": keys}, fh)
         os.replace(temporary, path)
@@ -145,36 +190,52 @@ def _write(path: Path, keys: dict[str, str]) -> None:
 
 
 def _serve(value: str, original: Callable[[], str]) -> None:
-    """Make Triton's `triton_key` return `value` (where its modules look it up)."""
+    """Make Triton's `triton_key` return `value`, in every loaded module that holds it by name
+    (triton.runtime.cache, and those that imported it from there: Triton's autotuner, torch's
+    inductor)."""
+    global _served
 
     @functools.lru_cache
     def triton_key() -> str:
         return value
 
-    for name in ("triton.runtime.cache", "triton.compiler.compiler"):
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "triton_key", None) is original:
+    for module in list(sys.modules.values()):
+        try:
+            held = vars(module).get("triton_key")
+        except TypeError:  # not a module (a stand-in some program put there)
+            continue
+        if held is original:
             setattr(module, "triton_key", triton_key)  # noqa: B010 (a module, not typed)
+    _served = True
 
 
 def remember(folder: Path) -> str:
     """Serve Triton its installation hash from `folder`'s file, or compute it (as Triton would
     have, on its first compile) and keep it there. Says what it did: "remembered",
-    "computed", or "left" (off, already hashed, not a Triton it knows), as `outcome` does."""
+    "computed", or "left" (off, already hashed or served, not a Triton it knows), as `outcome`
+    does."""
     global outcome
     with _lock:
         outcome = _remember(folder)
         return outcome
 
 
+#: files this recent may still be being written (an install under way): a hash computed now is
+#: not kept, as a timestamp's coarse tick could hide a change made after it read them
+SETTLED = 2.0
+
+
 def _remember(folder: Path) -> str:
     """`remember`, under its lock."""
+    import time
+
     if not pending():
         return "left"
     original = _key_function()
     module = sys.modules["triton.runtime.cache"]
     version = str(getattr(sys.modules.get("triton"), "__version__", "?"))
-    state = fingerprint(str(getattr(module, "__file__", "")), version)
+    cache_file = str(getattr(module, "__file__", ""))
+    state, _ = fingerprint(cache_file, version)
     path = Path(folder) / FILE
     keys = _read(path)
     value = keys.get(state)
@@ -182,8 +243,12 @@ def _remember(folder: Path) -> str:
         _serve(value, original)
         return "remembered"
     value = original()
-    keys.pop(state, None)
-    keys[state] = value
-    with contextlib.suppress(OSError):
-        _write(path, dict(list(keys.items())[-KEPT:]))
+    # Kept only for a state that held still while Triton read it, and is not so recent that
+    # a change within the same timestamp tick could look like no change (git's "racy" files).
+    after, newest = fingerprint(cache_file, version)
+    if after == state and newest < time.time() - SETTLED:
+        keys.pop(state, None)
+        keys[state] = value
+        with contextlib.suppress(OSError):
+            _write(path, dict(list(keys.items())[-KEPT:]))
     return "computed"
