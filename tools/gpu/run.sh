@@ -42,7 +42,7 @@ step "installed"
 } > "$out/check.txt"
 step "check_triton.py"
 {
-  echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/bench_triton.py (tunecache at $commit; verbatim output, $(date -u +%F))"
+  echo "# TUNECACHE_DIR=$TUNECACHE_DIR python3 tools/gpu/bench_triton.py ${BENCH_ARGS:+$BENCH_ARGS }(tunecache at $commit; verbatim output, $(date -u +%F))"
   timeout 440 python3 tools/gpu/bench_triton.py ${BENCH_ARGS:-} 2>&1
   echo "# exit status $?"
 } > "$out/bench.txt"
