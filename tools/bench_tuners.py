@@ -177,7 +177,7 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
                     disagree.extend(_disagreement(report, outcome, stored, served))
             # Then one more tuner on the finished cache, alone: what every tuner pays with
             # nothing left to tune (start-up, imports, profiles, the guard's look).
-            idle = _tuners(1, attr, root, store, extra)["wall"]
+            idle = _tuners(1, attr, root, store, extra)
         finally:
             if schema is not None and url is not None:
                 _schema(url, schema, "DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -187,8 +187,18 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
         "disagree": disagree,
         "actions": Counter(o["action"] for r in result["reports"] for o in r["keys"]),
         "seconds": [round(r["seconds"], 2) for r in result["reports"]],
-        "idle": idle,
+        "waited": [round(r.get("waited", 0.0), 2) for r in result["reports"]],
+        "idle": idle["wall"],
+        "idle_work": _work(idle["reports"]),
     }
+
+
+def _work(reports: list[dict[str, Any]]) -> str:
+    """What tuners did that a finished cache should have spared them, in words: keys benched
+    (again), and final guards run rather than skipped."""
+    benched = sum(o["bench_stopped"] not in (None, "stored") for r in reports for o in r["keys"])
+    guards = sum(r["guard"] is not None for r in reports)
+    return f"{benched} keys benched, {guards} guards run"
 
 
 def main() -> None:
@@ -218,7 +228,9 @@ def main() -> None:
             print(f"{'':>6} benches per heavy key: {', '.join(map(str, counts.values()))}")
             print(f"{'':>6} actions in all reports: {dict(run['actions'])}")
             print(f"{'':>6} each session's own seconds: {run['seconds']}")
-            print(f"{'':>6} one more tuner on the finished cache: {run['idle']:.2f} s")
+            print(f"{'':>6}   of which waiting for other tuners: {run['waited']}")
+            idle = f"{run['idle']:.2f} s ({run['idle_work']})"
+            print(f"{'':>6} one more tuner on the finished cache: {idle}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 share of the run's time and one real call of it, and screen out the keys too light to confirm.
 
 A key under `share` of its scenario's time is left alone: a whole-model run cannot see a change
-that small, so no entry for it could be confirmed (the final guard still covers it).
+that small, so no entry for it could be confirmed (the final guard still covers it). Each
+scenario's profiled runs take the device's measurement turn (`tunecache.tune.measuring`), as
+benches and trials do.
 """
 
 from __future__ import annotations
@@ -92,8 +94,12 @@ def _profile_case(session: Session, case: dict[str, int], seen: set[str]) -> lis
     """Every key one scenario's profiled run captured, with its share; adds to `seen` every key
     the run used."""
     run = run_with(session.model, session.table, [case])
-    run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
-    profiled, total = session.how.profiler(run)
+    # A profile is timed (the shares are ratios of times), and a whole run is the heaviest
+    # work a session does outside its benches and trials: it takes its measurement turn, so
+    # it neither contends with another tuner's bench nor is contended by one (`measuring`).
+    with session.measuring.held():
+        run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
+        profiled, total = session.how.profiler(run)
     calls = profiled.captured()
     found = []
     for row in profiled.rows():

@@ -119,6 +119,9 @@ class Session:
         self.claims: Claims | None = None
         #: the heavy key of each outcome, in order (what `settled` resolves again)
         self.met: list[Heavy] = []
+        #: seconds spent waiting for other tuners' claims (a session of the model on this
+        #: host, a key, the guard); their measurement turns are `measuring.waited`
+        self.waited_for_others = 0.0
         #: keys whose evidence another tuner wrote while this session ran (`concurrent`)
         self.concurrent: set[str] = set()
         self.wall_started = how.wall()
@@ -372,6 +375,7 @@ class Session:
             kept=tuple(guard.kept if guard.kept is not None else ()),
             masked=tuple(self.masked),
             seconds=self.how.clock() - self.started,
+            waited=self.waited_for_others + self.measuring.waited,
             interrupted=interrupted,
             budget_spent=self.budget_spent,
         )
