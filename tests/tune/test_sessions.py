@@ -24,6 +24,7 @@ from tunecache.tune.claims import session_key
 from tunecache.tune.measuring import MeasureLock
 from tunecache.tune.model import Model
 from tunecache.tune.options import session_options
+from tunecache.tune.profiling import wall_profile
 from tunecache.tune.reports import TuneReport
 from tunecache.tune.session import Running
 from tunecache.tune.tuner import run_session
@@ -140,3 +141,18 @@ def test_a_profile_takes_the_devices_measurement_turn(cache: Cache) -> None:
     _tune(cache, tm.ENCODER, Clock(), profiler=looking)
     assert seen and set(seen) == {"busy"}
     assert lock_seen(lock.path) == "free"
+
+
+def test_a_session_that_finds_everything_tuned_profiles_the_model_once(cache: Cache) -> None:
+    _tune(cache, tm.ENCODER, Clock())
+    profiles: list[int] = []
+
+    def counting(run: Callable[[], None]) -> tuple[Profile, float]:
+        profiles.append(1)
+        return wall_profile(run)
+
+    # Each key's claim was the first session's: this one reads the store again for each (its
+    # tables reopened), and they answer as before, so the runs are still the ones profiled.
+    report = _tune(cache, tm.ENCODER, Clock(), profiler=counting)
+    assert report.keys and {o.action for o in report.keys} <= {"known", "kept"}
+    assert len(profiles) == len(tm.ENCODER.cases()) == 1

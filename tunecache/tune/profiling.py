@@ -19,6 +19,7 @@ from tunecache.keys import Key
 from tunecache.tune.runs import run_with
 
 if TYPE_CHECKING:
+    from tunecache.resolve import Table
     from tunecache.tune.session import Session
 
 __all__ = ["Heavy", "Profiler", "Screening", "profile", "wall_profile"]
@@ -59,10 +60,23 @@ class Screening:
 
     heavy: set[Key] = field(default_factory=set)
     light: set[Key] = field(default_factory=set)
+    #: every key the last profile's runs met, with its op (`changed` resolves them again)
+    met: dict[Key, dispatch.Tunable[Any, Any]] = field(default_factory=dict)
 
     def screened(self) -> int:
         """Keys found only light: too light, in every profile, to confirm anything about."""
         return len(self.light - self.heavy)
+
+    def changed(self, before: Table, now: Table) -> bool:
+        """Whether `now` answers a key the last profile met otherwise than `before` did: only
+        then can a run with it differ from the one profiled (a table read again after another
+        tuner's writes, answering as before, runs the model as before)."""
+        for key, op in self.met.items():
+            heuristic = op.heuristic_for(key)
+            was = before.resolve(key, op.candidates, heuristic).choice
+            if now.resolve(key, op.candidates, heuristic).choice != was:
+                return True
+        return False
 
 
 def profile(session: Session, screening: Screening) -> list[Heavy]:
@@ -74,8 +88,10 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     heavy: dict[Key, Heavy] = {}
     light: set[Key] = set()
     seen: set[str] = set()
+    screening.met = {}
     for case in session.cases:
         for found in _profile_case(session, case, seen):
+            screening.met[found.key] = found.op
             if found.share < session.options.share:
                 light.add(found.key)
                 continue

@@ -213,7 +213,7 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
             _claimed_step(session, found, tune_keys=tune_keys, wait=(done, total))
         session.tell(what, total, total)
         handled |= {found.key for found in heavy}
-        if session.table is before or session.budget_spent:
+        if session.budget_spent or not screening.changed(before, session.table):
             break  # the shares stand: the runs are what this pass profiled
     if session.claims is not None:
         # One guard at a time per model: a second tuner reads the table the first one's guard
