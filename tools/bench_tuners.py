@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -260,6 +261,8 @@ def main() -> None:
     where = "a fleet store (PostgreSQL)" if args.url else "SQLite"
     print(f"model {args.model}, {where}, {os.cpu_count()} CPUs")
     header = f"{'tuners':>6} {'wall s':>7} {'x alone':>7} {'max benches/key':>15}  reports agree"
+    ratios: dict[int, list[float]] = {n: [] for n in args.tuners}
+    floors: list[float] = []
     for repeat in range(args.repeat):
         print(f"-- repetition {repeat + 1}")
         print(header)
@@ -268,6 +271,10 @@ def main() -> None:
             run = one_run(n, args.model, args.url, args.extra)
             alone = run["wall"] if n == 1 else alone
             assert alone is not None
+            if n == 1:
+                floors.append(run["idle"] / alone)
+            else:
+                ratios.setdefault(n, []).append(run["wall"] / alone)
             counts = run["benched"]
             most = max(counts.values(), default=0)
             agree = "yes" if not run["disagree"] else f"NO {run['disagree']}"
@@ -278,6 +285,17 @@ def main() -> None:
             print(f"{'':>6}   of which waiting for other tuners: {run['waited']}")
             idle = f"{run['idle']:.2f} s ({run['idle_work']})"
             print(f"{'':>6} one more tuner on the finished cache: {idle}")
+    _summary(ratios, floors)
+
+
+def _summary(ratios: dict[int, list[float]], floors: list[float]) -> None:
+    """The medians over the repetitions: N tuners against one alone, and what one more tuner
+    on the cache one alone finished costs against that alone run."""
+    print(f"-- over {len(floors)} repetitions (median, then each)")
+    for n, each in ratios.items():
+        print(f"{n:>6} tuners: {statistics.median(each):.2f}x alone  {[round(r, 2) for r in each]}")
+    each = [round(f, 2) for f in floors]
+    print(f"  one more tuner on the finished cache: {statistics.median(floors):.2f}x alone  {each}")
 
 
 if __name__ == "__main__":
