@@ -143,16 +143,22 @@ def test_a_profile_takes_the_devices_measurement_turn(cache: Cache) -> None:
     assert lock_seen(lock.path) == "free"
 
 
-def test_a_session_that_finds_everything_tuned_profiles_the_model_once(cache: Cache) -> None:
+def test_a_session_that_finds_everything_tuned_runs_the_model_for_one_profile_only(
+    cache: Cache,
+) -> None:
     _tune(cache, tm.ENCODER, Clock())
+    counted = Counted()
     profiles: list[int] = []
 
     def counting(run: Callable[[], None]) -> tuple[Profile, float]:
-        profiles.append(1)
+        profiles.append(counted.runs)
         return wall_profile(run)
 
     # Each key's claim was the first session's: this one reads the store again for each (its
-    # tables reopened), and they answer as before, so the runs are still the ones profiled.
-    report = _tune(cache, tm.ENCODER, Clock(), profiler=counting)
+    # tables reopened), and they answer as before, so the runs are still the ones profiled:
+    # no second profile, and the guard reads what the table serves from this one.
+    report = _tune(cache, Model(tm.ENCODER.name, counted), Clock(), profiler=counting)
     assert report.keys and {o.action for o in report.keys} <= {"known", "kept"}
+    assert report.guard_skipped  # the first session's guard passed over these answers
     assert len(profiles) == len(tm.ENCODER.cases()) == 1
+    assert counted.runs == 2  # the profile's warm-up and its profiled run, nothing else

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache import dispatch
 from tunecache.keys import Key
-from tunecache.tune.runs import run_with
+from tunecache.tune.runs import run_with, served_keys
 
 if TYPE_CHECKING:
     from tunecache.resolve import Table
     from tunecache.tune.session import Session
 
-__all__ = ["Heavy", "Profiler", "Screening", "profile", "wall_profile"]
+__all__ = ["Heavy", "LastProfile", "Profiler", "Screening", "profile", "wall_profile"]
 
 #: how one run is profiled: (the run) -> its profile, and the run's time on the profile's clock
 Profiler = Callable[[Callable[[], None]], tuple[dispatch.Profile, float]]
@@ -60,23 +60,41 @@ class Screening:
 
     heavy: set[Key] = field(default_factory=set)
     light: set[Key] = field(default_factory=set)
-    #: every key the last profile's runs met, with its op (`changed` resolves them again)
-    met: dict[Key, dispatch.Tunable[Any, Any]] = field(default_factory=dict)
 
     def screened(self) -> int:
         """Keys found only light: too light, in every profile, to confirm anything about."""
         return len(self.light - self.heavy)
 
-    def changed(self, before: Table, now: Table) -> bool:
-        """Whether `now` answers a key the last profile met otherwise than `before` did: only
-        then can a run with it differ from the one profiled (a table read again after another
-        tuner's writes, answering as before, runs the model as before)."""
+
+@dataclass(frozen=True)
+class LastProfile:
+    """What a session's last finished profile ran: the table it ran with, and every key its
+    runs met, with its op.
+
+    A run meets its keys in an order its answers decide: a table that answers each of these
+    keys with the choice `table` gave runs every scenario as the profile did (the same calls,
+    the same keys after them, no error), so the runs need not be made again to know what it
+    serves (`served`), and their shares stand (`answers_as`). A table read again after another
+    tuner's writes that changed none of these answers is such a table.
+    """
+
+    table: Table
+    met: dict[Key, dispatch.Tunable[Any, Any]]
+
+    def answers_as(self, now: Table) -> bool:
+        """Whether `now` answers every key the profile met with the choice its table did."""
         for key, op in self.met.items():
             heuristic = op.heuristic_for(key)
-            was = before.resolve(key, op.candidates, heuristic).choice
+            was = self.table.resolve(key, op.candidates, heuristic).choice
             if now.resolve(key, op.candidates, heuristic).choice != was:
-                return True
-        return False
+                return False
+        return True
+
+    def served(self, now: Table) -> dict[str, str]:
+        """What `now` serves the profiled runs, as `tunecache.tune.runs.served` says it: key
+        text -> "entry id:choice" for each key an entry answers (for a table that
+        `answers_as` the profiled one)."""
+        return served_keys(now, self.met)
 
 
 def profile(session: Session, screening: Screening) -> list[Heavy]:
@@ -88,16 +106,18 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     heavy: dict[Key, Heavy] = {}
     light: set[Key] = set()
     seen: set[str] = set()
-    screening.met = {}
+    met: dict[Key, dispatch.Tunable[Any, Any]] = {}
+    table = session.table
     for case in session.cases:
         for found in _profile_case(session, case, seen):
-            screening.met[found.key] = found.op
+            met[found.key] = found.op
             if found.share < session.options.share:
                 light.add(found.key)
                 continue
             known = heavy.get(found.key)
             if known is None or found.share > known.share:
                 heavy[found.key] = found
+    session.last_profile = LastProfile(table, met)
     screening.heavy |= set(heavy)
     screening.light |= light
     session.screened = screening.screened()

@@ -29,7 +29,7 @@ from tunecache.tune.measuring import MeasureLock
 from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
-from tunecache.tune.profiling import Profiler, wall_profile
+from tunecache.tune.profiling import LastProfile, Profiler, wall_profile
 from tunecache.tune.reports import KeyOutcome, Progress, TuneReport
 from tunecache.tune.runs import RunFailed, trial
 
@@ -122,6 +122,8 @@ class Session:
         #: seconds spent waiting for other tuners' claims (a session of the model on this
         #: host, a key, the guard); their measurement turns are `measuring.waited`
         self.waited_for_others = 0.0
+        #: what the last finished profile ran (the passes and the guard reuse its runs)
+        self.last_profile: LastProfile | None = None
         #: keys whose evidence another tuner wrote while this session ran (`concurrent`)
         self.concurrent: set[str] = set()
         self.wall_started = how.wall()

@@ -201,7 +201,6 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
             break  # this session's table breaks a run: the guard runs it, and masks it
         if number and not heavy:
             break
-        before = session.table
         total = len(handled) + len(heavy)
         later = []  # keys another live tuner claims: left for last, then waited for
         for done, found in enumerate(heavy, start=len(handled)):
@@ -213,7 +212,8 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
             _claimed_step(session, found, tune_keys=tune_keys, wait=(done, total))
         session.tell(what, total, total)
         handled |= {found.key for found in heavy}
-        if session.budget_spent or not screening.changed(before, session.table):
+        last = session.last_profile
+        if session.budget_spent or (last is not None and last.answers_as(session.table)):
             break  # the shares stand: the runs are what this pass profiled
     if session.claims is not None:
         # One guard at a time per model: a second tuner reads the table the first one's guard
