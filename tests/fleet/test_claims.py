@@ -7,6 +7,7 @@ hosts (tests/tune/claims_child.py with a host name of its own), synchronised on 
 from __future__ import annotations
 
 import os
+import platform
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.device import Device
 from tunecache.resolve import Table
-from tunecache.tune.claims import Claims, Holder, pid_alive
+from tunecache.tune.claims import Claims, Holder, pid_alive, session_key
 from tunecache.tune.mirror import Mirror
 
 KEY = NORM.text
@@ -84,7 +85,9 @@ def test_a_tuner_into_the_fleet_store_claims_its_keys_there(store: Cache, tmp_pa
     with store.transaction() as tx:
         rows = tx.conn.execute(text("SELECT key, pid, expires_at <= now() FROM claims")).all()
     claimed = {key: (pid, released) for key, pid, released in rows}
-    assert {o.key for o in report.keys} | {"guard encoder"} >= set(claimed)
+    session = session_key("encoder", platform.node())  # its session of the model, on its host
+    assert {o.key for o in report.keys} | {"guard encoder", session} >= set(claimed)
+    assert claimed[session] == (os.getpid(), True)
     assert KEY in claimed and claimed[KEY] == (os.getpid(), True)  # released when done
     # The local file a pull would fill holds no claim: the fleet store is where they live.
     assert not store.path.exists()

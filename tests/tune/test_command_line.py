@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import select
 import signal
 import sqlite3
@@ -21,6 +22,7 @@ from tests import tune_models as tm
 from tests.tune.support import NORM
 from tunecache import cli
 from tunecache.device import Device
+from tunecache.tune.claims import Claims, session_key
 
 MODELS_FILE = str(Path(tm.__file__))
 
@@ -248,3 +250,26 @@ def test_an_internal_error_is_still_ours(tmp_path: Path) -> None:
     with pytest.raises(tunecache.TunecacheError) as raised:
         tunecache.parse("Not A Key")
     assert user_frame(raised.value) is None  # raised inside tunecache: never the user's
+
+
+def test_cli_tune_says_how_long_it_waited_for_another_tuner(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = str(tmp_path / "waits.db")
+    with tunecache.open(path=db) as cache:
+        # Another live holder of the model's session on this host (this process, its own
+        # token), which never lets go: the tuner waits out --claim-wait, then tunes beside it.
+        holder = Claims(cache)
+        assert holder.claim(session_key("encoder", platform.node())).taken
+        code, out, err = _cli(
+            capsys, "tune", f"{MODELS_FILE}:ENCODER", "--db", db, "--claim-wait", "0.2"
+        )
+        assert code == 0, err
+        assert "s of it waiting for other tuners" in out and "final guard" in out
+        code, out, err = _cli(
+            capsys, "tune", f"{MODELS_FILE}:ENCODER", "--db", db, "--claim-wait", "0", "--json"
+        )
+        assert code == 0, err
+        (report,) = json.loads(out)
+        assert "waited" in report and report["keys"]  # tuned beside the holder
+        holder.release()

@@ -363,7 +363,7 @@ TUNE = (
         "--claim-wait",
         type=float,
         metavar="SECONDS",
-        help="the longest to wait for a key another tuner claims (default 600)",
+        help="the longest to wait for another tuner of the model, or a key it claims (600)",
     ),
 )
 

@@ -26,8 +26,9 @@ One tuning session, for each scenario of the model (each set of sizes of its sym
    is written as accepted, with this model's `validated` verdict. If none wins, the best is kept
    as a `rejected` entry: the evidence stays, the decision is never served. Where nothing beats
    what runs now, the evidence is kept as an `unvalidated` entry choosing what runs now.
-6. **Profile again** after a pass that changed the table: keys that a faster run makes heavy
-   are taken too (at most `PASSES` passes), so a second session has nothing new to do.
+6. **Profile again** after a pass that changed the table (some key the profile met is answered
+   with another choice now): keys that a faster run makes heavy are taken too (at most
+   `PASSES` passes), so a second session has nothing new to do.
 7. **Guard.** The finished table must beat no table at all over every scenario, end to end;
    otherwise every entry the model uses is masked for it (and this session's own entries are
    rejected), so its runs fall back to the heuristic.

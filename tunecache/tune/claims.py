@@ -18,6 +18,13 @@ keep failing are warned of (`TunecacheWarning`), once, after `FAILED_BEATS` in a
 The claims live in the store the tuner writes: a SQLite file's writers share its writers' lock,
 and the tuners of a fleet (`tunecache.open(url=...)`) its PostgreSQL database. `Claims` takes
 any open, writable `Cache`.
+
+Besides its keys, a tuning session claims its model on its host (`session_key`) before it
+profiles anything: a second tuner of the same model and device on the same host waits for that
+session (bounded as a key's wait is, and taken over when its holder dies or its claim expires),
+then finds in the cache what the first one tuned. Tuners on one host share its cores, so
+running beside each other they would only contend with the one that measures; on other hosts
+of a fleet store they tune different keys at once, as before.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "Claims",
     "Holder",
     "pid_alive",
+    "session_key",
 ]
 
 #: seconds a claim stands unless renewed (its holder renews it every third of that)
@@ -106,6 +114,11 @@ def pid_alive(holder: Holder) -> bool:
     except OSError:
         return True  # another user's process: alive
     return True
+
+
+def session_key(model: str, host: str) -> str:
+    """The claim a tuning session of `model` on `host` holds for as long as it runs."""
+    return f"session {model} on {host}"
 
 
 def _instant(seconds: float) -> datetime:

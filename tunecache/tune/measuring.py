@@ -2,18 +2,19 @@
 to time things.
 
 Claims keep two tuners from benching one key; this keeps two tuners from timing two keys at
-once. Tuners beside each other on one machine share its cores, and a bench or a paired
-whole-model trial timed while another tuner times its own is contended: slower, noisier (the
+once. Tuners beside each other on one machine share its cores, and a bench, a paired whole-model
+trial or a profile timed while another tuner times its own is contended: slower, noisier (the
 acceptance rule then runs to its most pairs), and doubted by the evidence rules
-(`tunecache.tune.doubt`). So each bench and each trial holds an exclusive flock on
-`<database>.measure-lock` beside the device's local cache file (for a fleet store too: the
-cores are this host's), and N tuners of one model measure one after another, as one tuner
-alone would, while their waiting for claims and their writes go on. A process that dies
-holding the lock lets go of it with its descriptor. A process forked while the lock is held (a
-model's worker pool started during a trial) closes its inherited copy of the descriptor at once
-(`os.register_at_fork`): a flock belongs to the descriptor's open file, which the child would
-otherwise keep, and with it the lock, for as long as it runs. Where the folder cannot take the
-file, measurements go unlocked, as before.
+(`tunecache.tune.doubt`). So each bench, each trial and each profile holds an exclusive flock on
+`<database>.measure-lock` beside the device's local cache file (for a fleet store too: the cores
+are this host's), and tuners of one device measure one after another, as one tuner alone would,
+while their waiting for claims and their writes go on (`MeasureLock.waited` sums how long this
+process waited for another's turn). A process that dies holding the lock lets go of it with its
+descriptor. A process forked while the lock is held (a model's worker pool started during a
+trial) closes its inherited copy of the descriptor at once (`os.register_at_fork`): a flock
+belongs to the descriptor's open file, which the child would otherwise keep, and with it the
+lock, for as long as it runs. Where the folder cannot take the file, measurements go unlocked,
+as before.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import fcntl
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +41,8 @@ class MeasureLock:
         self.path = database.with_name(database.name + ".measure-lock")
         self._fd: int | None = None
         self._depth = 0
+        #: seconds this process waited for another process's turn to end, in all
+        self.waited = 0.0
         self._lock = threading.RLock()
         _LOCKS.add(self)
 
@@ -64,7 +68,12 @@ class MeasureLock:
         except OSError:
             return  # nowhere to keep it: measure unlocked
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                start = time.monotonic()  # another tuner's turn: wait for its end
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self.waited += time.monotonic() - start
         except BaseException:
             os.close(fd)
             raise

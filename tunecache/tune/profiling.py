@@ -2,7 +2,9 @@
 share of the run's time and one real call of it, and screen out the keys too light to confirm.
 
 A key under `share` of its scenario's time is left alone: a whole-model run cannot see a change
-that small, so no entry for it could be confirmed (the final guard still covers it).
+that small, so no entry for it could be confirmed (the final guard still covers it). Each
+scenario's profiled runs take the device's measurement turn (`tunecache.tune.measuring`), as
+benches and trials do.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache import dispatch
 from tunecache.keys import Key
-from tunecache.tune.runs import run_with
+from tunecache.tune.runs import run_with, served_keys
 
 if TYPE_CHECKING:
+    from tunecache.resolve import Table
     from tunecache.tune.session import Session
 
-__all__ = ["Heavy", "Profiler", "Screening", "profile", "wall_profile"]
+__all__ = ["Heavy", "LastProfile", "Profiler", "Screening", "profile", "wall_profile"]
 
 #: how one run is profiled: (the run) -> its profile, and the run's time on the profile's clock
 Profiler = Callable[[Callable[[], None]], tuple[dispatch.Profile, float]]
@@ -63,6 +66,37 @@ class Screening:
         return len(self.light - self.heavy)
 
 
+@dataclass(frozen=True)
+class LastProfile:
+    """What a session's last finished profile ran: the table it ran with, and every key its
+    runs met, with its op.
+
+    A run meets its keys in an order its answers decide: a table that answers each of these
+    keys with the choice `table` gave runs every scenario as the profile did (the same calls,
+    the same keys after them, no error), so the runs need not be made again to know what it
+    serves (`served`), and their shares stand (`answers_as`). A table read again after another
+    tuner's writes that changed none of these answers is such a table.
+    """
+
+    table: Table
+    met: dict[Key, dispatch.Tunable[Any, Any]]
+
+    def answers_as(self, now: Table) -> bool:
+        """Whether `now` answers every key the profile met with the choice its table did."""
+        for key, op in self.met.items():
+            heuristic = op.heuristic_for(key)
+            was = self.table.resolve(key, op.candidates, heuristic).choice
+            if now.resolve(key, op.candidates, heuristic).choice != was:
+                return False
+        return True
+
+    def served(self, now: Table) -> dict[str, str]:
+        """What `now` serves the profiled runs, as `tunecache.tune.runs.served` says it: key
+        text -> "entry id:choice" for each key an entry answers (for a table that
+        `answers_as` the profiled one)."""
+        return served_keys(now, self.met)
+
+
 def profile(session: Session, screening: Screening) -> list[Heavy]:
     """Profile every scenario with the session's current table: its heavy keys, heaviest first.
 
@@ -72,14 +106,18 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     heavy: dict[Key, Heavy] = {}
     light: set[Key] = set()
     seen: set[str] = set()
+    met: dict[Key, dispatch.Tunable[Any, Any]] = {}
+    table = session.table
     for case in session.cases:
         for found in _profile_case(session, case, seen):
+            met[found.key] = found.op
             if found.share < session.options.share:
                 light.add(found.key)
                 continue
             known = heavy.get(found.key)
             if known is None or found.share > known.share:
                 heavy[found.key] = found
+    session.last_profile = LastProfile(table, met)
     screening.heavy |= set(heavy)
     screening.light |= light
     session.screened = screening.screened()
@@ -92,8 +130,12 @@ def _profile_case(session: Session, case: dict[str, int], seen: set[str]) -> lis
     """Every key one scenario's profiled run captured, with its share; adds to `seen` every key
     the run used."""
     run = run_with(session.model, session.table, [case])
-    run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
-    profiled, total = session.how.profiler(run)
+    # A profile is timed (the shares are ratios of times), and a whole run is the heaviest
+    # work a session does outside its benches and trials: it takes its measurement turn, so
+    # it neither contends with another tuner's bench nor is contended by one (`measuring`).
+    with session.measuring.held():
+        run()  # warm-up: first calls resolve keys, allocate, wake BLAS threads
+        profiled, total = session.how.profiler(run)
     calls = profiled.captured()
     found = []
     for row in profiled.rows():

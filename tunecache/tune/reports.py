@@ -130,6 +130,9 @@ class TuneReport:
     #: the other tuner whose guard over this model outlasted this session's claim wait: this
     #: session ran no guard of its own (its entries stay as the other's guard leaves them)
     guard_left_to: str = ""
+    #: of `seconds`, how long the session waited for other tuners of its device: for another
+    #: session of the model on this host, a key's or the guard's claim, a measurement turn
+    waited: float = 0.0
 
     def count(self, action: str) -> int:
         """How many keys the session ended with `action` (one of ACTIONS)."""
@@ -151,6 +154,7 @@ class TuneReport:
             "kept": list(self.kept),
             "masked": list(self.masked),
             "seconds": self.seconds,
+            "waited": self.waited,
             "interrupted": self.interrupted,
             "budget_spent": self.budget_spent,
         }

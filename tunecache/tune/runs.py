@@ -4,13 +4,15 @@ a table served to a profiled run."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tunecache import accept, dispatch
+from tunecache.keys import Key
 from tunecache.resolve import Table, using
 from tunecache.tune.model import Model
 from tunecache.tune.options import Options
 
-__all__ = ["RunFailed", "run_with", "served", "served_entries", "tagged", "trial"]
+__all__ = ["RunFailed", "run_with", "served", "served_entries", "served_keys", "tagged", "trial"]
 
 
 class RunFailed(Exception):
@@ -80,9 +82,14 @@ def trial(
 
 def served(table: Table, profile: dispatch.Profile) -> dict[str, str]:
     """Key text -> "entry id:choice" for every key of a profiled run an entry answered."""
+    return served_keys(table, {key: call.op for key, call in profile.captured().items()})
+
+
+def served_keys(table: Table, ops: Mapping[Key, dispatch.Tunable[Any, Any]]) -> dict[str, str]:
+    """Key text -> "entry id:choice" for every key of `ops` (each with its op) an entry of
+    `table` answers."""
     answers: dict[str, str] = {}
-    for key, call in profile.captured().items():
-        op = call.op
+    for key, op in ops.items():
         answer = table.resolve(key, op.candidates, op.heuristic_for(key))
         if answer.source in ("exact", "nearest") and answer.entry_id is not None:
             answers[key.text] = f"{answer.entry_id}:{answer.choice}"

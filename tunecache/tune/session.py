@@ -29,7 +29,7 @@ from tunecache.tune.measuring import MeasureLock
 from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
-from tunecache.tune.profiling import Profiler, wall_profile
+from tunecache.tune.profiling import LastProfile, Profiler, wall_profile
 from tunecache.tune.reports import KeyOutcome, Progress, TuneReport
 from tunecache.tune.runs import RunFailed, trial
 
@@ -119,6 +119,11 @@ class Session:
         self.claims: Claims | None = None
         #: the heavy key of each outcome, in order (what `settled` resolves again)
         self.met: list[Heavy] = []
+        #: seconds spent waiting for other tuners' claims (a session of the model on this
+        #: host, a key, the guard); their measurement turns are `measuring.waited`
+        self.waited_for_others = 0.0
+        #: what the last finished profile ran (the passes and the guard reuse its runs)
+        self.last_profile: LastProfile | None = None
         #: keys whose evidence another tuner wrote while this session ran (`concurrent`)
         self.concurrent: set[str] = set()
         self.wall_started = how.wall()
@@ -372,6 +377,7 @@ class Session:
             kept=tuple(guard.kept if guard.kept is not None else ()),
             masked=tuple(self.masked),
             seconds=self.how.clock() - self.started,
+            waited=self.waited_for_others + self.measuring.waited,
             interrupted=interrupted,
             budget_spent=self.budget_spent,
         )

@@ -19,7 +19,15 @@ from tunecache.resolve import DEFAULT_MAX_DISTANCE
 from tunecache.tune import doubt
 from tunecache.tune.benching import tune_key
 from tunecache.tune.checking import outputs_differ
-from tunecache.tune.claims import CLAIM_TTL, CLAIM_WAIT, Claim, ClaimLost, Claims, Holder
+from tunecache.tune.claims import (
+    CLAIM_TTL,
+    CLAIM_WAIT,
+    Claim,
+    ClaimLost,
+    Claims,
+    Holder,
+    session_key,
+)
 from tunecache.tune.guard import final_guard
 from tunecache.tune.model import Model, as_model
 from tunecache.tune.options import KEEP, KEY_BUDGET, REBENCH, SHARE, Options, session_options
@@ -71,11 +79,13 @@ def tune(
     (`tunecache.tune.doubt`): then it is benched again, at most `rebench` times for the key.
     Pass an open `cache`, or the options of `tunecache.open`.
 
-    One tuner per key (`tunecache.tune.claims`): each key is claimed in the store before it is
-    benched; a key another live tuner claims is left for last, then waited for (at most
-    `claim_wait` seconds) and what that tuner wrote is reused. A claim stands `claim_ttl`
-    seconds unless renewed (this process renews its own while it runs). The report says what
-    the cache holds when the session ends.
+    One tuner per key (`tunecache.tune.claims`): a session first waits (at most `claim_wait`
+    seconds) while another live tuner tunes the same model on this host, before it runs the
+    model at all; then each key is claimed in the store before it is benched; a key another
+    live tuner claims is left for last, then waited for (at most `claim_wait` seconds) and
+    what that tuner wrote is reused. A claim stands `claim_ttl` seconds unless renewed (this
+    process renews its own while it runs). The report says what the cache holds when the
+    session ends, and how long the session waited for other tuners (`TuneReport.waited`).
 
     Ctrl-C raises `TuneInterrupted` (a KeyboardInterrupt) carrying the partial report; every
     entry accepted before it stays stored.
@@ -176,6 +186,8 @@ def run_session(
 def _passes(session: Session, *, tune_keys: bool) -> None:
     """Profile, take the heavy keys, and again while a pass changes the table; then the guard."""
     what = f"{'tuning' if tune_keys else 'validating'} {session.model.name}"
+    if session.claims is not None:
+        _after_other_sessions(session)
     screening = Screening()
     handled: set[Key] = set()
     for number in range(PASSES):
@@ -189,7 +201,6 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
             break  # this session's table breaks a run: the guard runs it, and masks it
         if number and not heavy:
             break
-        before = session.table
         total = len(handled) + len(heavy)
         later = []  # keys another live tuner claims: left for last, then waited for
         for done, found in enumerate(heavy, start=len(handled)):
@@ -201,7 +212,8 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
             _claimed_step(session, found, tune_keys=tune_keys, wait=(done, total))
         session.tell(what, total, total)
         handled |= {found.key for found in heavy}
-        if session.table is before or session.budget_spent:
+        last = session.last_profile
+        if session.budget_spent or (last is not None and last.answers_as(session.table)):
             break  # the shares stand: the runs are what this pass profiled
     if session.claims is not None:
         # One guard at a time per model: a second tuner reads the table the first one's guard
@@ -218,6 +230,19 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
     final_guard(session)
 
 
+def _after_other_sessions(session: Session) -> None:
+    """Wait, before profiling or benching anything, while another live tuner tunes this model
+    on this host (`claims.session_key`), then read what it wrote: its keys are then known or
+    reused here, not tuned beside it. Tuners of one host share its cores, and one that
+    profiles or checks outputs while another times a bench makes that bench contended (and
+    doubted, so a later session benches it again). A wait that outlasts the claim wait goes on
+    with the per-key claims alone, as tuners of other hosts do."""
+    assert session.claims is not None
+    claim = _wait(session, session_key(session.model.name, session.claims.host), (0, 0))
+    if claim.taken and claim.holder is not None:
+        session.refresh()
+
+
 def _wait(session: Session, key: str, progress: tuple[int, int]) -> Claim:
     """Claim `key`, waiting while another live tuner holds it, up to the session's claim wait
     (and what is left of its budget); the progress callback hears whom it waits for."""
@@ -230,7 +255,12 @@ def _wait(session: Session, key: str, progress: tuple[int, int]) -> Claim:
     def waiting(holder: Holder) -> None:
         session.tell(f"waiting for {key}, claimed by {holder.named}", *progress)
 
-    return session.claims.wait(key, deadline, sleep=session.how.sleep, waiting=waiting)
+    timer = session.claims.timer
+    start = timer()
+    try:
+        return session.claims.wait(key, deadline, sleep=session.how.sleep, waiting=waiting)
+    finally:
+        session.waited_for_others += timer() - start
 
 
 def _claimed_step(

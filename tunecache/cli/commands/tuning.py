@@ -126,7 +126,10 @@ def _print_tune(console: Console, report: Any) -> None:
         console.print("interrupted: what was accepted before is stored")
     elif report.budget_spent:
         console.print("the time budget ran out: some keys were skipped")
-    console.print(f"{report.seconds:.1f} s, run {report.run_id}")
+    waited = (
+        f" ({report.waited:.1f} s of it waiting for other tuners)" if report.waited >= 0.05 else ""
+    )
+    console.print(f"{report.seconds:.1f} s, run {report.run_id}{waited}")
 
 
 def _refusals(outcome: Any) -> list[str]:
