@@ -107,6 +107,11 @@ _LAZY = {
 _SUBMODULES = frozenset({"accept", "bench", "errors", "keys", "stats", "triton", "tune"})
 
 
+def __dir__() -> list[str]:
+    """The package's names, those loaded on first use included (for completion in a shell)."""
+    return sorted({*globals(), *__all__, *_SUBMODULES})
+
+
 def __getattr__(name: str) -> Any:
     # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only; the
     # resolver's load sqlite3, which a program that never consults a cache need not pay for;

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
         dims: tuple[tuple[str, int], ...] = ()
 
 else:
-    _KeyFields = namedtuple("Key", ("signature", "dims"), defaults=((),))
+    # Named as it is bound here, so the base pickles by reference as any class does.
+    _KeyFields = namedtuple("_KeyFields", ("signature", "dims"), defaults=((),))
 
 __all__ = [
     "MAX_DIM",

@@ -116,6 +116,24 @@ def test_a_second_session_of_one_process_finds_the_first_ones_claim_released(
     assert last is not None and last.expires_at.timestamp() <= time.time()
 
 
+@pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
+def test_a_session_whose_model_raises_lets_go_of_its_claim(
+    cache: Cache, error: type[BaseException]
+) -> None:
+    def broken() -> object:
+        raise error("the model's own")
+
+    # A KeyboardInterrupt comes out as TuneInterrupted (a KeyboardInterrupt, with the report).
+    with pytest.raises(error):
+        _tune(cache, Model(tm.ENCODER.name, broken), Clock())
+    last = claims_on(cache, epoch_clock(), "host-b").last(HERE)
+    assert last is not None and last.expires_at.timestamp() <= time.time()
+    # So the next session of the model waits for nobody.
+    told: list[str] = []
+    report = _tune(cache, tm.ENCODER, Clock(), progress=lambda what, *_: told.append(what))
+    assert not [what for what in told if what.startswith("waiting for")] and report.keys
+
+
 def test_two_tuners_at_once_one_tunes_and_the_other_reads_what_it_wrote(cache: Cache) -> None:
     reports = tune_at_once(str(cache.path))
     benched = benches(reports)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tunecache import paths
 from tunecache.candidates import checksum
 from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
-from tunecache.identity import fingerprint
+from tunecache.identity import check_fields, fingerprint
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
@@ -192,6 +192,8 @@ class KernelStore:
             backend.device(index) if backend.fields is None else backend.fields(index)
         )
         fields = found if isinstance(found, tuple) else found.fields
+        if isinstance(found, tuple):
+            check_fields(*fields)  # a backend's own fields, checked as a Device checks them
         cpu, threads, _, client, version = fields
         if options.path is not None:
             db = paths.explicit_path(options.path)

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["MeasureLock"]
@@ -37,8 +37,10 @@ _LOCKS: weakref.WeakSet[MeasureLock] = weakref.WeakSet()
 class MeasureLock:
     """The measurement lock of the device whose local cache file is `database`."""
 
-    def __init__(self, database: Path) -> None:
+    def __init__(self, database: Path, timer: Callable[[], float] = time.monotonic) -> None:
         self.path = database.with_name(database.name + ".measure-lock")
+        #: the clock `waited` is measured on (a session's own, so its waits add up)
+        self.timer = timer
         self._fd: int | None = None
         self._depth = 0
         #: seconds this process waited for another process's turn to end, in all
@@ -71,9 +73,9 @@ class MeasureLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                start = time.monotonic()  # another tuner's turn: wait for its end
+                start = self.timer()  # another tuner's turn: wait for its end
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                self.waited += time.monotonic() - start
+                self.waited += self.timer() - start
         except BaseException:
             os.close(fd)
             raise

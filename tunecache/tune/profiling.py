@@ -68,25 +68,27 @@ class Screening:
 
 @dataclass(frozen=True)
 class LastProfile:
-    """What a session's last finished profile ran: the table it ran with, and every key its
-    runs met, with its op.
+    """What a session's last finished profile ran: every key its runs met, with its op, and
+    the choice each key was answered with in those runs.
 
     A run meets its keys in an order its answers decide: a table that answers each of these
-    keys with the choice `table` gave runs every scenario as the profile did (the same calls,
+    keys with the choice the runs got runs every scenario as the profile did (the same calls,
     the same keys after them, no error), so the runs need not be made again to know what it
     serves (`served`), and their shares stand (`answers_as`). A table read again after another
-    tuner's writes that changed none of these answers is such a table.
+    tuner's writes that changed none of these answers is such a table. The choices are those
+    the runs really got, not the profiled table asked again: a table answers what the store
+    holds *now* where it did not keep an answer (a busy store's answer, a memo emptied), so
+    asking it again could agree with a new table over runs that had the heuristic.
     """
 
-    table: Table
     met: dict[Key, dispatch.Tunable[Any, Any]]
+    ran: dict[Key, str]
 
     def answers_as(self, now: Table) -> bool:
-        """Whether `now` answers every key the profile met with the choice its table did."""
+        """Whether `now` answers every key the profile met with the choice its runs got."""
         for key, op in self.met.items():
-            heuristic = op.heuristic_for(key)
-            was = self.table.resolve(key, op.candidates, heuristic).choice
-            if now.resolve(key, op.candidates, heuristic).choice != was:
+            was = self.ran.get(key)
+            if not was or now.resolve(key, op.candidates, op.heuristic_for(key)).choice != was:
                 return False
         return True
 
@@ -107,9 +109,9 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     light: set[Key] = set()
     seen: set[str] = set()
     met: dict[Key, dispatch.Tunable[Any, Any]] = {}
-    table = session.table
+    ran: dict[Key, str] = {}
     for case in session.cases:
-        for found in _profile_case(session, case, seen):
+        for found in _profile_case(session, case, seen, ran):
             met[found.key] = found.op
             if found.share < session.options.share:
                 light.add(found.key)
@@ -117,7 +119,7 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
             known = heavy.get(found.key)
             if known is None or found.share > known.share:
                 heavy[found.key] = found
-    session.last_profile = LastProfile(table, met)
+    session.last_profile = LastProfile(met, ran)
     screening.heavy |= set(heavy)
     screening.light |= light
     session.screened = screening.screened()
@@ -126,9 +128,12 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     return sorted(heavy.values(), key=lambda found: (-found.share, found.key))
 
 
-def _profile_case(session: Session, case: dict[str, int], seen: set[str]) -> list[Heavy]:
+def _profile_case(
+    session: Session, case: dict[str, int], seen: set[str], ran: dict[Key, str]
+) -> list[Heavy]:
     """Every key one scenario's profiled run captured, with its share; adds to `seen` every key
-    the run used."""
+    the run used, and to `ran` the choice each key got (a key two scenarios answered apart
+    gets no choice: nothing then stands for both)."""
     run = run_with(session.model, session.table, [case])
     # A profile is timed (the shares are ratios of times), and a whole run is the heaviest
     # work a session does outside its benches and trials: it takes its measurement turn, so
@@ -140,6 +145,7 @@ def _profile_case(session: Session, case: dict[str, int], seen: set[str]) -> lis
     found = []
     for row in profiled.rows():
         seen.add(row.key.text)
+        ran[row.key] = row.choice if ran.get(row.key, row.choice) == row.choice else ""
         call = calls.get(row.key)
         if call is not None:
             share = row.seconds / total if total > 0 else 0.0

@@ -87,7 +87,7 @@ class Session:
         self.started = how.clock()
         self.cases = model.cases()
         #: taken around each bench and trial: one tuner of the device times at a time here
-        self.measuring = MeasureLock(cache.path)
+        self.measuring = MeasureLock(cache.path, timer=how.clock)
         # A fleet store's rows are read by the tables through a local mirror of them.
         self.mirror = Mirror(cache) if cache.url is not None else None
         self.base = Table.open(

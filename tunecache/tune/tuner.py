@@ -239,7 +239,9 @@ def _after_other_sessions(session: Session) -> None:
     with the per-key claims alone, as tuners of other hosts do."""
     assert session.claims is not None
     claim = _wait(session, session_key(session.model.name, session.claims.host), (0, 0))
-    if claim.taken and claim.holder is not None:
+    if claim.holder is not None:
+        # Another tuner's session was met: what it wrote meanwhile (all of it, or as much as a
+        # wait that ran out saw) is read before this session profiles anything.
         session.refresh()
 
 
