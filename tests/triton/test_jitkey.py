@@ -136,6 +136,36 @@ def test_states_beyond_the_kept_number_are_dropped_oldest_first(tmp_path: Path) 
     assert len(kept) == jitkey.KEPT and first["key"] not in kept.values()
 
 
+def test_a_state_in_use_is_kept_before_newer_ones_and_abandoned_temporaries_are_swept(
+    tmp_path: Path,
+) -> None:
+    from tunecache.triton import jitkey
+
+    # Two environments (two installations) share one cache folder.
+    site, other, folder = tmp_path / "site", tmp_path / "other", tmp_path / "store"
+    _installation(site)
+    _installation(other)
+    (other / "triton/language/__init__.py").write_text("# another build\n")
+    first, second = _child(site, folder), _child(other, folder)
+    assert first["key"] != second["key"]
+    kept = json.loads((folder / jitkey.FILE).read_text())["keys"]
+    assert list(kept.values()) == [first["key"], second["key"]]
+    # The first one in use again: it moves to the end, the most recently used.
+    assert _child(site, folder)["said"] == "remembered"
+    kept = json.loads((folder / jitkey.FILE).read_text())["keys"]
+    assert list(kept.values()) == [second["key"], first["key"]]
+    language = site / "triton/language/__init__.py"
+    # A temporary file a killed writer left long ago is swept by the next write; a fresh
+    # one (a writer at work) is not.
+    old, new = folder / ".triton-key-old", folder / ".triton-key-new"
+    old.write_text("{")
+    new.write_text("{")
+    os.utime(old, (1, 1))
+    language.write_text("# state 3\n")
+    assert _child(site, folder)["said"] == "computed"
+    assert not old.exists() and new.exists()
+
+
 def test_the_fingerprint_covers_every_module_pkgutil_finds(tmp_path: Path) -> None:
     import pkgutil
 

@@ -176,7 +176,8 @@ def _write(path: Path, keys: dict[str, str]) -> None:
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".triton-key-", dir=path.parent)
+    _sweep(path.parent)
+    fd, temporary = tempfile.mkstemp(prefix=_TEMPORARY, dir=path.parent)
     try:
         # Readable by the others who share the folder (mkstemp makes it the owner's only).
         os.fchmod(fd, 0o644)
@@ -187,6 +188,27 @@ def _write(path: Path, keys: dict[str, str]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+#: the prefix of the temporary files `_write` renames over the file
+_TEMPORARY = ".triton-key-"
+#: a temporary file this old was left by a process killed before its rename
+_ABANDONED = 60.0
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the temporary files of writers killed before their rename (older than
+    `_ABANDONED` seconds: a live writer renames its own within milliseconds)."""
+    import time
+
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(_TEMPORARY)]
+    except OSError:
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.stat(folder / name).st_mtime < time.time() - _ABANDONED:
+                os.unlink(folder / name)
 
 
 def _serve(value: str, original: Callable[[], str]) -> None:
@@ -241,6 +263,12 @@ def _remember(folder: Path) -> str:
     value = keys.get(state)
     if value is not None:
         _serve(value, original)
+        if list(keys)[-1] != state:
+            # The states are kept most recently used last: this one moves there, so an
+            # environment in use is not the one the next new state pushes out.
+            keys[state] = keys.pop(state)
+            with contextlib.suppress(OSError):
+                _write(path, keys)
         return "remembered"
     value = original()
     # Kept only for a state that held still while Triton read it, and is not so recent that
