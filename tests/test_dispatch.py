@@ -235,6 +235,29 @@ def test_profiling_records_calls_and_time_per_key_only_while_on() -> None:
         p.heavy(0)
 
 
+def test_a_profile_says_the_candidate_its_calls_ran_whatever_another_table_answered() -> None:
+    a, b = arrays(16, 16, 16)
+    key = matmul.key(a, b)
+    plain = Table.empty()
+    dot = plain.derive(add=[(key, matmul.candidates, "dot")])
+    with using(plain):
+        matmul(a, b)  # the plain table's own memo now holds the heuristic's function
+    with using(dot):
+        matmul(a, b)  # the op's last answer is now dot's
+    with profile() as p, using(plain):
+        matmul(a, b)  # a hit of the plain table's memo: the heuristic ran
+    (row,) = p.rows()
+    assert (row.choice, row.source) == ("matmul", "")  # the last answer (dot's) is not it
+    # Calls of one key under two tables ran two candidates: no one choice stands for them.
+    with profile() as both:
+        with using(plain):
+            matmul(a, b)
+        with using(dot):
+            matmul(a, b)
+    (row,) = both.rows()
+    assert row.calls == 2 and row.choice == ""
+
+
 def test_a_capturing_profile_keeps_the_first_call_of_each_key() -> None:
     first, second, other = arrays(8, 4, 2), arrays(8, 4, 2), arrays(3, 3, 3)
     with profile() as plain:

@@ -482,8 +482,9 @@ def tunable(
 
 
 class ProfileRow(NamedTuple):
-    """One key's share of a profiled run. `choice` and `source` are the answer the key last
-    got, from whichever table was current then."""
+    """One key's share of a profiled run: `choice` is the candidate its calls ran ("" if
+    several: the table changed between them), `source` where the key's last answer came from
+    when that answer is `choice` (else "")."""
 
     key: Key
     calls: int
@@ -500,11 +501,16 @@ class Captured(NamedTuple):
     kwargs: dict[str, Any]
 
 
+#: a profiled key's function where its calls ran more than one
+_SEVERAL: Any = object()
+
+
 class Profile:
     """Calls and time per key while active; see `profile()`."""
 
     def __init__(self, *, capture: bool = False) -> None:
-        self._stats: dict[tuple[Tunable[Any, Any], Any], list[int]] = {}
+        #: (op, raw shape) -> [calls, nanoseconds, the function the calls ran]
+        self._stats: dict[tuple[Tunable[Any, Any], Any], list[Any]] = {}
         self._lock = threading.Lock()
         self._previous: Profile | None = None
         self._capture = capture
@@ -526,22 +532,23 @@ class Profile:
             with self._lock:
                 stat = self._stats.get((op, raw))
                 if stat is None:
-                    self._stats[op, raw] = [1, elapsed]
+                    self._stats[op, raw] = [1, elapsed, function]
                     if self._capture:
                         self._captured[op, raw] = Captured(op, args, dict(kwargs))
                 else:
                     stat[0] += 1
                     stat[1] += elapsed
+                    stat[2] = function if stat[2] is function else _SEVERAL
 
     def rows(self) -> list[ProfileRow]:
         """Every key seen, the heaviest first."""
         out = []
         with self._lock:
-            stats = list(self._stats.items())
-        for (op, raw), (calls, nanos) in stats:
+            stats = [(op_raw, tuple(stat)) for op_raw, stat in self._stats.items()]
+        for (op, raw), (calls, nanos, function) in stats:
+            choice = next((n for n, f in op._candidates.items() if f is function), "")
             key, answer = op._keys.get(raw) or (op._key(raw), None)
-            choice = answer.choice if answer else ""
-            source = answer.source if answer else ""
+            source = answer.source if answer is not None and answer.choice == choice else ""
             out.append(ProfileRow(key, calls, nanos / 1e9, choice, source))
         out.sort(key=lambda r: (-r.seconds, r.key))
         return out

@@ -9,10 +9,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.triton.fake import GPU, CpuKernel, TableTimer, backend, blocks, launch, tuner
 from tunecache.device import Device
-from tunecache.errors import TunecacheWarning
+from tunecache.errors import BadArgumentError, TunecacheWarning
 from tunecache.keys import make_key
 from tunecache.triton import stored
 from tunecache.triton.options import Options
@@ -299,6 +301,10 @@ def test_a_backends_identity_fields_locate_the_store_as_its_device_would(tmp_pat
     named = Options(blocks(16), ["M"], path=tmp_path / "mine.db")
     state = KernelStore("mm", named, by_fields, WarnOnce()).open(0)
     assert (state.reader.path, state.root) == (tmp_path / "mine.db", None)
+    # Fields a Device would refuse are refused as it refuses them, before any store is found.
+    bad = Backend(device=device, fields=lambda index: ("no/slash", *GPU.fields[1:]))
+    with pytest.raises(BadArgumentError):
+        KernelStore("mm", Options(blocks(16), ["M"], root=tmp_path), bad, WarnOnce()).open(0)
 
 
 def test_a_device_with_no_store_yet_has_no_old_entries(tmp_path: Path) -> None:

@@ -94,3 +94,19 @@ def test_the_first_profile_settles_the_fingerprint_from_the_keys_the_model_runs(
     # A key light in some profile and heavy in none is screened.
     screening.light.add(make_key("ttother_F64", [("n", 1)]))
     assert screening.screened() == 1
+
+
+def test_the_last_profile_stands_for_a_table_that_keeps_answering_what_its_runs_ran() -> None:
+    from tunecache.resolve import Table
+    from tunecache.tune.profiling import LastProfile
+
+    plain = Table.empty()
+    vectorized = plain.derive(add=[(NORM, tm.loop.candidates, "vectorized")])
+    last = LastProfile({NORM: tm.loop}, {NORM: "loop"})  # the runs ran the heuristic
+    assert last.answers_as(plain)  # answers "loop", and keeps that answer
+    assert not last.answers_as(vectorized)  # answers otherwise
+    # A key whose runs ran several candidates (""), or none this profile knows, stands for
+    # nothing; nor does a profile that captured no call to ask about.
+    assert not LastProfile({NORM: tm.loop}, {NORM: ""}).answers_as(plain)
+    assert not LastProfile({}, {NORM: "loop"}).answers_as(plain)
+    assert not LastProfile({}, {}).answers_as(plain)

@@ -176,8 +176,8 @@ def _write(path: Path, keys: dict[str, str]) -> None:
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    _sweep(path.parent)
     fd, temporary = tempfile.mkstemp(prefix=_TEMPORARY, dir=path.parent)
+    _sweep(path.parent, os.fstat(fd).st_mtime, os.path.basename(temporary))
     try:
         # Readable by the others who share the folder (mkstemp makes it the owner's only).
         os.fchmod(fd, 0o644)
@@ -196,18 +196,18 @@ _TEMPORARY = ".triton-key-"
 _ABANDONED = 60.0
 
 
-def _sweep(folder: Path) -> None:
-    """Remove the temporary files of writers killed before their rename (older than
-    `_ABANDONED` seconds: a live writer renames its own within milliseconds)."""
-    import time
-
+def _sweep(folder: Path, now: float, own: str) -> None:
+    """Remove the temporary files of writers killed before their rename: older than
+    `_ABANDONED` seconds (a live writer renames its own within milliseconds) by `now`, the
+    modification time of `own`, the caller's new one, so that both times are the file
+    system's (a network file system's clock may not be this host's)."""
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(_TEMPORARY)]
+        names = [n for n in os.listdir(folder) if n.startswith(_TEMPORARY) and n != own]
     except OSError:
         return
     for name in names:
         with contextlib.suppress(OSError):
-            if os.stat(folder / name).st_mtime < time.time() - _ABANDONED:
+            if os.stat(folder / name).st_mtime < now - _ABANDONED:
                 os.unlink(folder / name)
 
 
@@ -263,12 +263,13 @@ def _remember(folder: Path) -> str:
     value = keys.get(state)
     if value is not None:
         _serve(value, original)
-        if list(keys)[-1] != state:
-            # The states are kept most recently used last: this one moves there, so an
-            # environment in use is not the one the next new state pushes out.
+        if list(keys).index(state) < len(keys) // 2:
+            # The states are kept roughly most recently used last: one in the older half moves
+            # to the end, so an environment in use is not the one the next new state pushes
+            # out (and two in use in turn do not rewrite the file at every process's start).
             keys[state] = keys.pop(state)
             with contextlib.suppress(OSError):
-                _write(path, keys)
+                _write(path, dict(list(keys.items())[-KEPT:]))
         return "remembered"
     value = original()
     # Kept only for a state that held still while Triton read it, and is not so recent that

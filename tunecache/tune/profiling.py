@@ -85,10 +85,18 @@ class LastProfile:
     ran: dict[Key, str]
 
     def answers_as(self, now: Table) -> bool:
-        """Whether `now` answers every key the profile met with the choice its runs got."""
+        """Whether `now` answers every key the profile met with the choice its runs got, and
+        would keep answering so (an answer given while the store was busy is asked again
+        next time, and may be another then)."""
+        if not self.met or self.ran.keys() - self.met.keys():
+            return False  # a key seen but not captured: nothing to ask `now` about it with
         for key, op in self.met.items():
             was = self.ran.get(key)
-            if not was or now.resolve(key, op.candidates, op.heuristic_for(key)).choice != was:
+            candidates, heuristic = op.candidates, op.heuristic_for(key)
+            answer = now.resolve(key, candidates, heuristic)
+            if not was or answer.choice != was:
+                return False
+            if now.remembered(key, candidates, heuristic) is not answer:
                 return False
         return True
 

@@ -240,8 +240,9 @@ def _after_other_sessions(session: Session) -> None:
     assert session.claims is not None
     claim = _wait(session, session_key(session.model.name, session.claims.host), (0, 0))
     if claim.holder is not None:
-        # Another tuner's session was met: what it wrote meanwhile (all of it, or as much as a
-        # wait that ran out saw) is read before this session profiles anything.
+        # The claim has had a holder (a live one waited for, one that died, or an earlier
+        # session that let go of it): what the store holds now is read before this session
+        # profiles anything. Cheap where nothing changed.
         session.refresh()
 
 
