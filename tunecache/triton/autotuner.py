@@ -24,7 +24,7 @@ import time
 from _thread import RLock  # threading costs ~2 ms to import; its RLock is this one
 from types import FunctionType
 
-from tunecache.triton.options import DEFAULT_MAX_DISTANCE, Options, bad_argument
+from tunecache.triton.options import DEFAULT_MAX_DISTANCE, Options, bad_argument, key_problem
 
 # Not `typing` at run time: applying the decorator loads only this module and `options`.
 TYPE_CHECKING = False
@@ -86,14 +86,9 @@ class Autotuner:
         #: the kernel's name in keys
         self.op: str = options.name or getattr(self.base_fn, "__name__", None) or "kernel"
         # KeySpec's own checks of the key, made now (the spec is built by the first call).
-        unknown = [k for k in self.keys if k not in self.arg_names]
-        if unknown:
-            raise bad_argument(
-                f"key names {unknown}, which are not arguments of {self.op}"
-                f" (its arguments: {self.arg_names})"
-            )
-        if len(set(self.keys)) != len(self.keys):
-            raise bad_argument(f"key names an argument twice: {self.keys}")
+        problem = key_problem(self.op, self.arg_names, self.keys)
+        if problem is not None:
+            raise bad_argument(problem)
         #: how calls become keys, with the kernel's source revision (set by the first call)
         self.spec: KeySpec
         self.reset_to_zero = options.reset_to_zero

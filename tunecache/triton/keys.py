@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError, BadKeyError
+from tunecache.triton.options import key_problem
 
 if TYPE_CHECKING:
     from tunecache.keys import Key
@@ -253,13 +254,9 @@ class KeySpec:
         if isinstance(key, str) or not isinstance(key, Sequence):
             raise BadArgumentError(f"key is a list of argument names, got {key!r}")
         names = list(arg_names)
-        unknown = [k for k in key if k not in names]
-        if unknown:
-            raise BadArgumentError(
-                f"key names {unknown}, which are not arguments of {op} (its arguments: {names})"
-            )
-        if len(set(key)) != len(key):
-            raise BadArgumentError(f"key names an argument twice: {list(key)}")
+        problem = key_problem(op, names, key)
+        if problem is not None:
+            raise BadArgumentError(problem)
         if dims is not None:
             stray = [d for d in dims if d not in key]
             if isinstance(dims, str) or stray:

@@ -26,6 +26,7 @@ __all__ = [
     "Options",
     "bad_argument",
     "check_max_distance",
+    "key_problem",
 ]
 
 #: `max_distance`'s default: the resolver's own (`tunecache.resolve.DEFAULT_MAX_DISTANCE`,
@@ -35,6 +36,18 @@ DEFAULT_MAX_DISTANCE = 1.0
 #: what an unseen key gets: a tuned neighbour's config now (tuned later on request, or by a
 #: daemon thread), or a tune right away as Triton does
 UNSEEN = ("borrow", "background", "tune")
+
+
+def key_problem(op: str, arg_names: Sequence[str], key: Sequence[str]) -> str | None:
+    """What is wrong with `key` as the tuning key of kernel `op` with these arguments (a name
+    that is no argument, or one named twice), in one line, or None."""
+    names = list(arg_names)
+    unknown = [k for k in key if k not in names]
+    if unknown:
+        return f"key names {unknown}, which are not arguments of {op} (its arguments: {names})"
+    if len(set(key)) != len(key):
+        return f"key names an argument twice: {list(key)}"
+    return None
 
 
 def bad_argument(message: str) -> BadArgumentError:
@@ -136,14 +149,10 @@ class Options:
         self.check_tolerance: float | None = _check_tolerance(given["check_tolerance"])
 
     @property
-    def configs(self) -> list[Any]:
-        """The configs with duplicates dropped (the first of equal names stays): named when
-        first asked (by the kernel's first call), so that making the decorator names none."""
-        return list(self.named_configs.values())
-
-    @property
     def named_configs(self) -> dict[str, Any]:
-        """`configs` by name, in order (a copy): the kernel's first call names them once."""
+        """The configs by name, in order, duplicates dropped (the first of equal names stays;
+        a copy): named when first asked, by the kernel's first call, so that applying the
+        decorator names none."""
         if self._configs is None:
             from tunecache.triton.keys import config_name
 

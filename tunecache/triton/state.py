@@ -195,21 +195,20 @@ class KernelStore:
         if isinstance(found, tuple):
             check_fields(*fields)  # a backend's own fields, checked as a Device checks them
         cpu, threads, _, client, version = fields
-        if options.path is not None:
-            db = paths.explicit_path(options.path)
-        else:
-            db = paths.database_path_of(client, version, cpu, threads, options.root)
         # The root as it is now: a record written later (at exit, say) goes to this store
         # even if the environment that named it ($TUNECACHE_DIR) has changed meanwhile.
         root = None if options.path is not None else paths.cache_root(client, options.root)
+        if root is None:
+            db = paths.explicit_path(options.path)
+        else:
+            db = paths.database_path_of(client, version, cpu, threads, root)
         state = DeviceState(index, found, StoreReader(db, fingerprint(fields)), root)
         if _unhashed():
             # Before this process's first launch: Triton's installation hash from the file
             # beside the store, not 0.4 s of hashing (tunecache.triton.jitkey).
             from tunecache.triton import jitkey
 
-            if jitkey.pending():
-                jitkey.remember(db.parent)
+            jitkey.remember(db.parent)  # which does nothing where it is off
         writer = loaded_writer()
         if writer is not None:
             # Another kernel of this process may have decisions for this store on their way:
