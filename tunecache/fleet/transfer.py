@@ -249,10 +249,9 @@ def _push(local: Cache, remote: Cache) -> DirectionReport:
         rid = syncing.store_id(rtx.conn)
         if remote.url is not None:
             # A read-only role is refused whether or not there is anything to push.
-            missing, _ = postgres.missing_privileges(rtx.conn)
-            if missing:
-                message = postgres.message_for_privileges(rtx.conn, remote.url, missing)
-                raise ReadOnlyStoreError(message)
+            denied, _ = postgres.write_denied(rtx.conn, remote.url)
+            if denied is not None:
+                raise ReadOnlyStoreError(denied)
     with local.transaction() as ltx:
         lid = syncing.store_id(ltx.conn)
         _refuse_itself(rid, lid, local)

@@ -94,10 +94,7 @@ def fleet_summary(
             if revision == migrate.HEAD:
                 device = queries.device_id(conn, fingerprint)
                 entries = 0 if device is None else queries.count_entries(conn, device)
-            missing, _ = postgres.missing_privileges(conn)
-            denied = None
-            if missing:
-                denied = postgres.message_for_privileges(conn, urls.mask(url), missing)
+            denied, _ = postgres.write_denied(conn, urls.mask(url))
     finally:
         close_engine(engine)
     return revision, entries, denied
