@@ -214,8 +214,8 @@ def _pull(local: Cache, remote: Cache) -> DirectionReport:
             marks = _Marks(ltx.conn, rid, lid, device, remote.where)
             before, reset = marks.start("pull", rtx.conn)
             own = ltx.device_id()
-            unpushed = own is not None and bool(
-                syncing.changed_after(ltx.conn, own, marks.get("push"), 1)
+            unpushed = own is not None and syncing.has_change_after(
+                ltx.conn, own, marks.get("push")
             )
             stamp = syncing.highest_change(ltx.conn)
         source = rtx.device_id()
@@ -260,12 +260,10 @@ def _push(local: Cache, remote: Cache) -> DirectionReport:
         own = ltx.device_id()
         copied = _Copied(before)
         advance: int | None = None
-        if own is not None and syncing.changed_after(ltx.conn, own, before, 1):
+        if own is not None and syncing.has_change_after(ltx.conn, own, before):
             with remote.transaction(write=True) as wtx:
                 theirs = wtx.device_id()
-                unpulled = theirs is not None and bool(
-                    syncing.changed_after(wtx.conn, theirs, pulled, 1)
-                )
+                unpulled = theirs is not None and syncing.has_change_after(wtx.conn, theirs, pulled)
                 copier = _Copier(ltx.conn, wtx, "push", f"host {_HOST}", _HOST)
                 copied = copier.copy(own, before)
                 theirs = wtx.device_id()
