@@ -48,7 +48,7 @@ __all__ = [
 FIELDS = ("client", "client_version", "threads", "root")
 #: where a field's value came from, strongest first
 SOURCES = ("argument", "configure", "environment", "default")
-#: the environment variable of each field (the root's is `tunecache.paths.ENV_VAR`'s)
+#: the environment variable of each field (the root's is also `tunecache.paths.ENV_VAR`)
 ENV_VARS = {name: f"TUNECACHE_{name.upper()}" for name in FIELDS[:3]} | {"root": "TUNECACHE_DIR"}
 #: set to 1, a tunable op never opens the configured cache on its own (`tunecache.set_default`)
 DISABLE_VAR = "TUNECACHE_DISABLE"

@@ -17,6 +17,7 @@ import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
+from tunecache import config
 from tunecache.errors import BadArgumentError
 from tunecache.identity import CHECKED_FIELDS, Fields, detect_fields, dirname
 
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 #: environment variable that overrides the cache root for every client
-ENV_VAR = "TUNECACHE_DIR"
+ENV_VAR = config.ENV_VARS["root"]
 #: file name of a device's SQLite database inside its folder
 DATABASE_NAME = "cache.db"
 
@@ -56,8 +57,6 @@ DATABASE_NAME = "cache.db"
 def cache_root(client: str = "tunecache", root: str | os.PathLike[str] | None = None) -> Path:
     """The folder that holds every cache of `client`: the argument, else the root
     `tunecache.configure()` set, else $TUNECACHE_DIR, else the user cache folder."""
-    from tunecache import config
-
     # Relative roots are made absolute now: a program that changes directory later must not
     # split its cache in two.
     if root is not None and not os.fspath(root):

@@ -25,7 +25,7 @@ from tunecache.device import Device
 from tunecache.errors import BadArgumentError, CodecError, DeviceMismatchError
 from tunecache.exchange.checking import WORKER_FROM, Checked, Checker, summary
 from tunecache.exchange.export import read_keys
-from tunecache.exchange.reports import EntryAction, ImportReport, evidence
+from tunecache.exchange.reports import EntryAction, ImportReport, evidence_of
 from tunecache.exchange.staging import Staged, Staging
 from tunecache.exchange.stream import Export, read_export
 from tunecache.exchange.wire import MAX_DEPTH, ExportedEntry, fail, iso
@@ -44,14 +44,6 @@ BATCH = 256
 BATCH_BYTES = 4 * 1024 * 1024
 BATCHES = 32
 IN_FLIGHT_BYTES = 32 * 1024 * 1024
-
-
-def _evidence_of(entry: ExportedEntry) -> tuple[int, int, int]:
-    return evidence(
-        sum(1 for v in entry.verdicts if v.verdict == "validated"),
-        sum(v.rounds for v in entry.verdicts),
-        entry.samples,
-    )
 
 
 @dataclass(slots=True)
@@ -95,7 +87,7 @@ def _plan(
             entry = staged.entry()
             if found.content() == entry.content():
                 action = "unchanged"
-            elif policy == "evidence" and _evidence_of(entry) > _evidence_of(found):
+            elif policy == "evidence" and evidence_of(entry) > evidence_of(found):
                 action = "replaced"
                 plan.local.append(staged)
             elif policy == "both":

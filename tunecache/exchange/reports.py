@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["ACTIONS", "EntryAction", "ImportReport", "evidence"]
+__all__ = ["ACTIONS", "EntryAction", "ImportReport", "evidence", "evidence_of"]
 
 #: what an import can do with one entry of the file (see EntryAction)
 ACTIONS = ("added", "unchanged", "kept-local", "replaced", "kept-both")
@@ -22,6 +22,29 @@ def evidence(validated: int, rounds: int, samples: int) -> tuple[int, int, int]:
     samples does not beat an older, better-supported one.
     """
     return (validated, rounds, samples)
+
+
+class _Verdict(Protocol):
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def rounds(self) -> int: ...
+
+
+class _Entry(Protocol):
+    @property
+    def verdicts(self) -> Sequence[_Verdict]: ...
+    @property
+    def samples(self) -> int: ...
+
+
+def evidence_of(entry: _Entry) -> tuple[int, int, int]:
+    """The `evidence` of an entry (an export's or a synced one), from its verdicts and record."""
+    return evidence(
+        sum(1 for v in entry.verdicts if v.verdict == "validated"),
+        sum(v.rounds for v in entry.verdicts),
+        entry.samples,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tunecache.exchange.reports import evidence
+from tunecache.exchange.reports import evidence_of
 from tunecache.store.syncing import SyncedEntry, SyncedVerdict
 
-__all__ = ["ACTIONS", "RULES", "Settled", "merge_verdicts", "settle", "strength", "validated"]
+__all__ = ["ACTIONS", "RULES", "Settled", "merge_verdicts", "settle", "validated"]
 
 #: what sync does with one incoming entry
 ACTIONS = ("added", "unchanged", "merged", "replaced", "kept", "refused")
@@ -52,15 +52,6 @@ class Settled:
 def validated(entry: SyncedEntry) -> bool:
     """Whether a model validated the entry, or whole-model acceptance kept it."""
     return entry.status == "accepted" or any(v.verdict == "validated" for v in entry.verdicts)
-
-
-def strength(entry: SyncedEntry) -> tuple[int, int, int]:
-    """The entry's evidence, compared as a tuple (larger is stronger)."""
-    return evidence(
-        sum(1 for v in entry.verdicts if v.verdict == "validated"),
-        sum(v.rounds for v in entry.verdicts),
-        entry.samples,
-    )
 
 
 def _verdict_wins(incoming: SyncedVerdict, here: SyncedVerdict) -> bool:
@@ -91,7 +82,7 @@ def settle(incoming: SyncedEntry, here: SyncedEntry | None) -> Settled:
         return Settled("unchanged", None)
     if incoming.choice == here.choice:
         verdicts = merge_verdicts(incoming.verdicts, here.verdicts)
-        stronger = strength(incoming) > strength(here)
+        stronger = evidence_of(incoming) > evidence_of(here)
         base = incoming if stronger else here
         merged = replace(base, verdicts=verdicts)
         if merged.content() == here.content():
@@ -103,8 +94,8 @@ def settle(incoming: SyncedEntry, here: SyncedEntry | None) -> Settled:
         if validated(incoming):
             return Settled("replaced", "validated", incoming)
         return Settled("kept", "validated")
-    if strength(incoming) > strength(here):
+    if evidence_of(incoming) > evidence_of(here):
         return Settled("replaced", "evidence", incoming)
-    if strength(incoming) < strength(here):
+    if evidence_of(incoming) < evidence_of(here):
         return Settled("kept", "evidence")
     return Settled("kept", "tie")

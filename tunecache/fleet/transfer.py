@@ -214,8 +214,8 @@ def _pull(local: Cache, remote: Cache) -> DirectionReport:
             marks = _Marks(ltx.conn, rid, lid, device, remote.where)
             before, reset = marks.start("pull", rtx.conn)
             own = ltx.device_id()
-            unpushed = own is not None and bool(
-                syncing.changed_after(ltx.conn, own, marks.get("push"), 1)
+            unpushed = own is not None and syncing.has_change_after(
+                ltx.conn, own, marks.get("push")
             )
             stamp = syncing.highest_change(ltx.conn)
         source = rtx.device_id()
@@ -249,10 +249,9 @@ def _push(local: Cache, remote: Cache) -> DirectionReport:
         rid = syncing.store_id(rtx.conn)
         if remote.url is not None:
             # A read-only role is refused whether or not there is anything to push.
-            missing, _ = postgres.missing_privileges(rtx.conn)
-            if missing:
-                message = postgres.message_for_privileges(rtx.conn, remote.url, missing)
-                raise ReadOnlyStoreError(message)
+            denied, _ = postgres.write_denied(rtx.conn, remote.url)
+            if denied is not None:
+                raise ReadOnlyStoreError(denied)
     with local.transaction() as ltx:
         lid = syncing.store_id(ltx.conn)
         _refuse_itself(rid, lid, local)
@@ -261,12 +260,10 @@ def _push(local: Cache, remote: Cache) -> DirectionReport:
         own = ltx.device_id()
         copied = _Copied(before)
         advance: int | None = None
-        if own is not None and syncing.changed_after(ltx.conn, own, before, 1):
+        if own is not None and syncing.has_change_after(ltx.conn, own, before):
             with remote.transaction(write=True) as wtx:
                 theirs = wtx.device_id()
-                unpulled = theirs is not None and bool(
-                    syncing.changed_after(wtx.conn, theirs, pulled, 1)
-                )
+                unpulled = theirs is not None and syncing.has_change_after(wtx.conn, theirs, pulled)
                 copier = _Copier(ltx.conn, wtx, "push", f"host {_HOST}", _HOST)
                 copied = copier.copy(own, before)
                 theirs = wtx.device_id()

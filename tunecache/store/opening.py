@@ -13,7 +13,7 @@ from tunecache.errors import SchemaTooNewError, StoreMovedError, TunecacheWarnin
 from tunecache.store import health, migrate, postgres, quarantine, queries, schema, urls
 from tunecache.store.engine import REOPENS, busy_errors, close_engine, make_engine, transaction
 
-__all__ = ["connect", "connect_fleet", "connect_once", "fleet_summary"]
+__all__ = ["connect", "connect_fleet", "fleet_summary"]
 
 
 def connect(
@@ -25,7 +25,7 @@ def connect(
     meanwhile is opened as it is then."""
     for attempt in range(REOPENS + 1):
         try:
-            return connect_once(db, busy_timeout, may_move=may_move)
+            return _connect_once(db, busy_timeout, may_move=may_move)
         except StoreMovedError:
             # The file was swapped while this open set it up: open the one there now.
             if attempt == REOPENS:
@@ -33,7 +33,7 @@ def connect(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def connect_once(
+def _connect_once(
     db: Path, busy_timeout: float, *, may_move: bool
 ) -> tuple[Engine, migrate.Outcome | None, str | None, tuple[schema.Drift, ...]]:
     """`connect`, once: StoreMovedError where the file was swapped while it was set up."""
@@ -94,10 +94,7 @@ def fleet_summary(
             if revision == migrate.HEAD:
                 device = queries.device_id(conn, fingerprint)
                 entries = 0 if device is None else queries.count_entries(conn, device)
-            missing, _ = postgres.missing_privileges(conn)
-            denied = None
-            if missing:
-                denied = postgres.message_for_privileges(conn, urls.mask(url), missing)
+            denied, _ = postgres.write_denied(conn, urls.mask(url))
     finally:
         close_engine(engine)
     return revision, entries, denied

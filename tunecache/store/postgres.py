@@ -54,6 +54,7 @@ __all__ = [
     "message",
     "message_for_privileges",
     "missing_privileges",
+    "write_denied",
 ]
 
 #: seconds a connection attempt waits for the server before the store is unreachable
@@ -124,9 +125,9 @@ def make_engine(url: str, *, busy_timeout: float) -> Engine:
         conn.exec_driver_sql(f"SET LOCAL lock_timeout = {lock_ms}")
         conn.exec_driver_sql(WRITERS_LOCK)
         if engine not in _may_write:
-            missing, complete = missing_privileges(conn)
-            if missing:
-                raise ReadOnlyStoreError(message_for_privileges(conn, where, missing))
+            denied, complete = write_denied(conn, where)
+            if denied is not None:
+                raise ReadOnlyStoreError(denied)
             if complete:
                 _may_write.add(engine)
 
@@ -166,6 +167,14 @@ def message_for_privileges(conn: Connection, where: str, missing: list[tuple[str
         f"fleet store {where}: role {role!r} lacks the {' and '.join(privileges)} privilege on "
         f"{shown}: it can read (pull), not write; nothing was written"
     )
+
+
+def write_denied(conn: Connection, where: str) -> tuple[str | None, bool]:
+    """Why the connection's role cannot write the store at `where` (the one line of
+    `message_for_privileges`, None where it can), and whether every table and the change
+    numbers' sequence exist (as `missing_privileges` says)."""
+    missing, complete = missing_privileges(conn)
+    return (message_for_privileges(conn, where, missing) if missing else None), complete
 
 
 def message(error: BaseException, url: str) -> str:

@@ -44,11 +44,11 @@ __all__ = [
     "SyncedRun",
     "SyncedVerdict",
     "change_numbers",
-    "changed_after",
     "copy_runs",
     "entries",
     "entries_between",
     "entries_of_keys",
+    "has_change_after",
     "highest_change",
     "latest_change",
     "mark",
@@ -192,19 +192,17 @@ def set_mark(
     )
 
 
-def changed_after(conn: Connection, device: int, after: int, limit: int) -> list[tuple[int, int]]:
-    """The (entry id, change number) of the device row's entries changed after `after`, the
-    `limit` lowest numbers first (the change numbers' index finds them)."""
-    return [
-        (int(e), int(s))
-        for e, s in conn.execute(
-            select(_CH.c.entry_id, _CH.c.seq)
-            .join(_E, _E.c.id == _CH.c.entry_id)
-            .where(_CH.c.seq > after, _E.c.device_id == device)
-            .order_by(_CH.c.seq)
-            .limit(limit)
-        )
-    ]
+def has_change_after(conn: Connection, device: int, after: int) -> bool:
+    """Whether any of the device row's entries changed after `after` (the change numbers'
+    index finds the lowest such number, and one is enough)."""
+    first = conn.execute(
+        select(_CH.c.seq)
+        .join(_E, _E.c.id == _CH.c.entry_id)
+        .where(_CH.c.seq > after, _E.c.device_id == device)
+        .order_by(_CH.c.seq)
+        .limit(1)
+    ).first()
+    return first is not None
 
 
 def change_numbers(conn: Connection, device: int, after: int) -> list[int]:
