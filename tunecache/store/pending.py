@@ -21,14 +21,16 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tunecache.candidates import candidate_names, checksum
 from tunecache.errors import BadArgumentError, StoreError
 from tunecache.keys import Key, format_key, parse
 from tunecache.paths import sqlite_uri
-from tunecache.store.direct import DirectStore
 from tunecache.store.reading import stamp, when
+
+if TYPE_CHECKING:
+    from tunecache.store.direct import DirectStore
 
 __all__ = ["MAX_PENDING", "Pending", "clear_pending", "pending_keys", "record_pending"]
 
