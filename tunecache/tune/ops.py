@@ -41,7 +41,7 @@ from tunecache.tune import doubt
 from tunecache.tune.claims import ClaimLost, Claims, Holder
 from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
-from tunecache.tune.records import bench_candidates, bound_calls, refused_in
+from tunecache.tune.records import bench_candidates, bound_calls, refused_in, speedup_of
 from tunecache.tune.reports import KeyOutcome
 from tunecache.writes import NewEntry, as_key
 
@@ -285,7 +285,7 @@ def _claimed_key(
             return OpOutcome(
                 action="kept",
                 choice=stored.choice,
-                speedup=_speedup(previous, stored.choice, heuristic),
+                speedup=speedup_of(previous, stored.choice, heuristic),
                 entry_id=stored.id,
                 note=reused,
                 **said,
@@ -313,7 +313,7 @@ def _claimed_key(
             **said,
         )
     choice = _choice(record, result.best, heuristic)
-    speedup = _speedup(record, choice, heuristic)
+    speedup = speedup_of(record, choice, heuristic)
     entry = _put_undecided(
         turn, NewEntry(key, choice, names, heuristic, record, speedup, "unvalidated", run_id)
     )
@@ -394,16 +394,6 @@ def _choice(record: TimingRecord, best: str | None, heuristic: str) -> str:
         return heuristic
     theirs = medians.get(heuristic)
     return best if theirs is None or medians[best] * (1 + INDIFFERENCE) < theirs else heuristic
-
-
-def _speedup(record: TimingRecord, choice: str, heuristic: str) -> float | None:
-    """The heuristic's median over the choice's, from the record; None where either is
-    unmeasured."""
-    try:
-        chosen, before = record.candidate(choice).median, record.candidate(heuristic).median
-    except KeyError:
-        return None
-    return before / chosen if chosen and before else None
 
 
 # -- the pending keys --------------------------------------------------------------------------
