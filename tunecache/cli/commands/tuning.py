@@ -13,7 +13,7 @@ from tunecache.cli import render
 from tunecache.cli.device import open_cache
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import TUNE, option_values
-from tunecache.cli.usercode import user_code, user_roots
+from tunecache.cli.usercode import spec_roots, user_code
 from tunecache.errors import BadArgumentError, TunecacheError
 
 if TYPE_CHECKING:
@@ -42,12 +42,6 @@ def _load_models(spec: str) -> list[Any]:
     if isinstance(value, list | tuple):
         return [tune.as_model(v) for v in value]
     return [tune.as_model(value, name=attr)]
-
-
-def _spec_modules(specs: Iterable[str]) -> list[str]:
-    """The dotted module names of MODULE:ATTR specs (a FILE.py spec names none)."""
-    wheres = (spec.rpartition(":")[0] for spec in specs)
-    return [where for where in wheres if where and not where.endswith(".py")]
 
 
 def _import(where: str) -> ModuleType:
@@ -202,7 +196,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.model:
         raise UsageError("tune needs a MODEL (MODULE:ATTR or FILE.py:ATTR), or --pending")
     models = [m for spec in args.model for m in _load_models(spec)]
-    roots = user_roots(_spec_modules(args.model))
+    roots = spec_roots(args.model)
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
         for model in models:
@@ -381,7 +375,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         tuned = [m for spec in args.tune for m in _load_models(spec)]
         held = [m for spec in args.held_out for m in _load_models(spec)]
-    roots = () if examples else user_roots(_spec_modules([*args.tune, *args.held_out]))
+    roots = () if examples else spec_roots([*args.tune, *args.held_out])
     with (
         _evaluation_store(args, examples) as cache,
         render.progress(args) as progress,
