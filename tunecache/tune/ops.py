@@ -24,14 +24,10 @@ faster than the heuristic. A stored record is reused unless it is doubtful
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import operator
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache.errors import BadArgumentError, TunecacheError
@@ -39,6 +35,7 @@ from tunecache.evidence import TOO_SLOW, WRONG, refusal
 from tunecache.keys import Key
 from tunecache.tune import doubt
 from tunecache.tune.claims import ClaimLost, Claims, Holder
+from tunecache.tune.loading import load_module
 from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
 from tunecache.tune.records import bench_candidates, bound_calls, refused_in, speedup_of
@@ -499,7 +496,7 @@ def load_op(spec: str) -> Tunable[Any, Any]:
 
     where, _, attr = spec.rpartition(":")
     if where and attr:
-        module = _module(where)
+        module = load_module(where, "_tunecache_ops_", reuse=True)
     else:
         raise BadArgumentError(f"an op is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
     try:
@@ -509,35 +506,3 @@ def load_op(spec: str) -> Tunable[Any, Any]:
     if not isinstance(value, Tunable):
         raise BadArgumentError(f"{spec!r} is a {type(value).__name__}, not a tunable op")
     return value
-
-
-def _module(where: str) -> Any:
-    """The module of an op spec, imported by dotted name or loaded from its file (once per
-    file per process); what its import raises is one line."""
-    try:
-        if not where.endswith(".py"):
-            return importlib.import_module(where)
-        path = Path(where).resolve()
-        if not path.is_file():
-            raise BadArgumentError(f"no file {where!r}")
-        # A name of its own: a file called like an installed module shadows nothing, and an op
-        # recorded from it is named by its file again (`tunecache.resolve.misses.op_name`).
-        name = f"_tunecache_ops_{abs(hash(str(path)))}"
-        if name in sys.modules:
-            return sys.modules[name]
-        found = importlib.util.spec_from_file_location(name, path)
-        if found is None or found.loader is None:
-            raise BadArgumentError(f"cannot import {where!r}")
-        module = importlib.util.module_from_spec(found)
-        sys.modules[name] = module
-        try:
-            found.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-        return module
-    except TunecacheError:
-        raise
-    except Exception as error:
-        text = f"importing {where!r} raised {type(error).__name__}: {error}"
-        raise BadArgumentError(text.splitlines()[0]) from None
