@@ -26,7 +26,7 @@ from typing import NamedTuple
 from tunecache.cli.exits import EXIT_USER_CODE
 from tunecache.errors import TunecacheError
 
-__all__ = ["Frame", "UserCodeError", "user_code", "user_frame", "user_roots"]
+__all__ = ["Frame", "UserCodeError", "user_code", "spec_roots", "user_frame", "user_roots"]
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -66,6 +66,13 @@ def user_roots(modules: Iterable[str]) -> tuple[Path, ...]:
         if where:
             roots.append(Path(where).resolve().parent)
     return tuple(roots)
+
+
+def spec_roots(specs: Iterable[str]) -> tuple[Path, ...]:
+    """The `user_roots` of the modules that MODULE:ATTR specs name (a FILE.py spec names
+    none)."""
+    wheres = (spec.rpartition(":")[0] for spec in specs)
+    return user_roots(where for where in wheres if where and not where.endswith(".py"))
 
 
 def user_frame(error: BaseException, roots: Iterable[Path] = ()) -> Frame | None:

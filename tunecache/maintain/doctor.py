@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from tunecache.candidates import checksum
 from tunecache.device import Device
 from tunecache.errors import CodecError, TunecacheError
 from tunecache.maintain.reports import Report, jsonable
+from tunecache.processes import pid_alive
 from tunecache.store import migrate, quarantine, queries, rows, schema, syncing, upkeep, wal
 from tunecache.store.models import DEVICES, ENTRIES, TIMING_RECORDS, utcnow
 
@@ -103,18 +103,6 @@ def _deleting_records(conn: Connection, ids: list[Any]) -> None:
     rows.delete_ids(conn, TIMING_RECORDS, ids)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    except (OverflowError, ValueError):
-        return False
-    return True
-
-
 def _bad_sets(conn: Connection) -> list[int]:
     """Candidate sets whose names do not match their checksum (one row per set and name: a
     file has far fewer of them than entries)."""
@@ -177,7 +165,7 @@ def _find(conn: Connection, local: Device, progress: Progress | None) -> list[_F
             )
         )
     host = socket.gethostname()
-    stale_runs = [run_id for run_id, pid in upkeep.running_runs(conn, host) if not _pid_alive(pid)]
+    stale_runs = [run_id for run_id, pid in upkeep.running_runs(conn, host) if not pid_alive(pid)]
     out.append(
         _Finding(
             "stale-runs",

@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
+from tunecache import processes
 from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
 
 if TYPE_CHECKING:
@@ -105,15 +106,7 @@ class ClaimLost(TunecacheError):
 def pid_alive(holder: Holder) -> bool:
     """Whether a claim's process may still run: False only for a process of this host that is
     gone (another host's process cannot be seen from here; its claim's expiry counts)."""
-    if holder.host != platform.node():
-        return True
-    try:
-        os.kill(holder.pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process: alive
-    return True
+    return holder.host != platform.node() or processes.pid_alive(holder.pid)
 
 
 def session_key(model: str, host: str) -> str:

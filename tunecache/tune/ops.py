@@ -24,14 +24,10 @@ faster than the heuristic. A stored record is reused unless it is doubtful
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import operator
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunecache.errors import BadArgumentError, TunecacheError
@@ -39,9 +35,10 @@ from tunecache.evidence import TOO_SLOW, WRONG, refusal
 from tunecache.keys import Key
 from tunecache.tune import doubt
 from tunecache.tune.claims import ClaimLost, Claims, Holder
+from tunecache.tune.loading import load_module
 from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
-from tunecache.tune.records import bench_candidates, bound_calls, refused_in
+from tunecache.tune.records import bench_candidates, bound_calls, refused_in, speedup_of
 from tunecache.tune.reports import KeyOutcome
 from tunecache.writes import NewEntry, as_key
 
@@ -285,7 +282,7 @@ def _claimed_key(
             return OpOutcome(
                 action="kept",
                 choice=stored.choice,
-                speedup=_speedup(previous, stored.choice, heuristic),
+                speedup=speedup_of(previous, stored.choice, heuristic),
                 entry_id=stored.id,
                 note=reused,
                 **said,
@@ -313,7 +310,7 @@ def _claimed_key(
             **said,
         )
     choice = _choice(record, result.best, heuristic)
-    speedup = _speedup(record, choice, heuristic)
+    speedup = speedup_of(record, choice, heuristic)
     entry = _put_undecided(
         turn, NewEntry(key, choice, names, heuristic, record, speedup, "unvalidated", run_id)
     )
@@ -394,16 +391,6 @@ def _choice(record: TimingRecord, best: str | None, heuristic: str) -> str:
         return heuristic
     theirs = medians.get(heuristic)
     return best if theirs is None or medians[best] * (1 + INDIFFERENCE) < theirs else heuristic
-
-
-def _speedup(record: TimingRecord, choice: str, heuristic: str) -> float | None:
-    """The heuristic's median over the choice's, from the record; None where either is
-    unmeasured."""
-    try:
-        chosen, before = record.candidate(choice).median, record.candidate(heuristic).median
-    except KeyError:
-        return None
-    return before / chosen if chosen and before else None
 
 
 # -- the pending keys --------------------------------------------------------------------------
@@ -509,7 +496,7 @@ def load_op(spec: str) -> Tunable[Any, Any]:
 
     where, _, attr = spec.rpartition(":")
     if where and attr:
-        module = _module(where)
+        module = load_module(where, "_tunecache_ops_", reuse=True)
     else:
         raise BadArgumentError(f"an op is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
     try:
@@ -519,35 +506,3 @@ def load_op(spec: str) -> Tunable[Any, Any]:
     if not isinstance(value, Tunable):
         raise BadArgumentError(f"{spec!r} is a {type(value).__name__}, not a tunable op")
     return value
-
-
-def _module(where: str) -> Any:
-    """The module of an op spec, imported by dotted name or loaded from its file (once per
-    file per process); what its import raises is one line."""
-    try:
-        if not where.endswith(".py"):
-            return importlib.import_module(where)
-        path = Path(where).resolve()
-        if not path.is_file():
-            raise BadArgumentError(f"no file {where!r}")
-        # A name of its own: a file called like an installed module shadows nothing, and an op
-        # recorded from it is named by its file again (`tunecache.resolve.misses.op_name`).
-        name = f"_tunecache_ops_{abs(hash(str(path)))}"
-        if name in sys.modules:
-            return sys.modules[name]
-        found = importlib.util.spec_from_file_location(name, path)
-        if found is None or found.loader is None:
-            raise BadArgumentError(f"cannot import {where!r}")
-        module = importlib.util.module_from_spec(found)
-        sys.modules[name] = module
-        try:
-            found.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
-        return module
-    except TunecacheError:
-        raise
-    except Exception as error:
-        text = f"importing {where!r} raised {type(error).__name__}: {error}"
-        raise BadArgumentError(text.splitlines()[0]) from None

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from tunecache.tune.profiling import Heavy
     from tunecache.tune.session import Session
 
-__all__ = ["Evidence", "bench_candidates", "bound_calls", "gather", "refused_in"]
+__all__ = ["Evidence", "bench_candidates", "bound_calls", "gather", "refused_in", "speedup_of"]
 
 
 @dataclass(frozen=True)
@@ -185,3 +185,13 @@ def bench_candidates(
         compare=op.compare,
         **given,
     )
+
+
+def speedup_of(record: TimingRecord, choice: str, before: str) -> float | None:
+    """The isolated bench's speedup of `choice` over `before` (the median of `before` over the
+    choice's), from the record; None where either is unmeasured."""
+    try:
+        chosen, then = record.candidate(choice).median, record.candidate(before).median
+    except KeyError:
+        return None
+    return then / chosen if chosen and then else None

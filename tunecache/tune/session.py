@@ -30,6 +30,7 @@ from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
 from tunecache.tune.profiling import LastProfile, Profiler, wall_profile
+from tunecache.tune.records import speedup_of
 from tunecache.tune.reports import KeyOutcome, Progress, TuneReport
 from tunecache.tune.runs import RunFailed, trial
 
@@ -345,7 +346,7 @@ class Session:
         One commit: the entry, its record, this model's `validated` verdict and the status
         `accepted` land together or not at all, so no state between them is ever seen.
         """
-        speedup = _speedup(record, choice, against)
+        speedup = speedup_of(record, choice, against)
         entry_id = self.put_judged(
             heavy, choice, record, "accepted", ("validated", verdict), speedup
         )
@@ -430,14 +431,3 @@ def _gain(verdict: accept.Verdict | None) -> float | None:
     if verdict is None or not (math.isfinite(verdict.speedup) and verdict.speedup > 0):
         return None
     return verdict.speedup
-
-
-def _speedup(record: TimingRecord, choice: str, current: str) -> float | None:
-    """The isolated bench's speedup of `choice` over what ran before, from the record."""
-    try:
-        chosen, before = record.candidate(choice).median, record.candidate(current).median
-    except KeyError:
-        return None
-    if not chosen or not before:
-        return None
-    return before / chosen

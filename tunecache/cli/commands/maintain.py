@@ -120,10 +120,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rows. It says what it would repair, and repairs only with --repair. Exit 1 if problems
     remain."""
     from tunecache import maintain
+    from tunecache.cache import Cache
 
-    local_only(location(args))  # doctor checks a file: integrity, WAL, salvage
-    existing(location(args))  # a check of a cache that is not there creates none
-    with open_cache(args) as cache, render.progress(args) as progress:
+    found = location(args)  # once: with --gpu, each working out asks the GPU again
+    local_only(found)  # doctor checks a file: integrity, WAL, salvage
+    existing(found)  # a check of a cache that is not there creates none
+    with Cache.open(**found) as cache, render.progress(args) as progress:
         report = maintain.doctor(cache, repair=args.repair, progress=progress)
     render.emit(args, report, _print_doctor)
     return 0 if report.healthy else EXIT_PROBLEMS

@@ -9,7 +9,7 @@ from typing import Any
 from tunecache.cli import render
 from tunecache.cli.device import existing, location, open_cache
 from tunecache.cli.exits import UsageError
-from tunecache.cli.usercode import user_code, user_roots
+from tunecache.cli.usercode import spec_roots, user_code
 from tunecache.errors import NoCacheError
 
 __all__ = ["cmd_pending", "cmd_tune_op", "shape_arg", "tune_pending"]
@@ -77,8 +77,7 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
 
     if not args.shape:
         raise UsageError("tune-op needs at least one --shape NAME=VALUE,...")
-    where = args.op.rpartition(":")[0]
-    roots = () if where.endswith(".py") else user_roots([where])
+    roots = spec_roots([args.op])
     op = load_op(args.op)
     shapes = [shape_arg(text) for text in args.shape]
     with (

@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["cmd_where", "cmd_list", "cmd_inspect", "cmd_models", "cmd_explain", "cmd_sql"]
 
 
-class _Shown(Exception):
-    """`where` has what it shows of a fleet store: the local cache is not looked at."""
-
-
 def _fleet_where(url: str, fingerprint: str) -> dict[str, Any]:
     """What `where` shows of the fleet store at `url`: its masked URL, revision and this
     device's entries there, and whether this role may write it; nothing is created."""
@@ -69,20 +65,18 @@ def cmd_where(args: argparse.Namespace) -> int:
     url = fleet_url(found)
     try:
         if url is not None:
-            info.update(_fleet_where(url, device.fingerprint))
-            raise _Shown
-        with read_cache(found) as reader:
-            info.update(
-                database=str(reader.path),
-                exists=True,
-                revision=reader.revision,
-                entries=reader.entry_count(),
-                writable=reader.readonly_reason is None,
-            )
-            if reader.readonly_reason:
-                info["readonly_reason"] = reader.readonly_reason
-    except _Shown:
-        pass
+            info.update(_fleet_where(url, device.fingerprint))  # the local cache is not looked at
+        else:
+            with read_cache(found) as reader:
+                info.update(
+                    database=str(reader.path),
+                    exists=True,
+                    revision=reader.revision,
+                    entries=reader.entry_count(),
+                    writable=reader.readonly_reason is None,
+                )
+                if reader.readonly_reason:
+                    info["readonly_reason"] = reader.readonly_reason
     except NoCacheError:
         if args.db is not None:
             raise

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunecache.cli import render
 from tunecache.cli.device import open_cache
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import TUNE, option_values
-from tunecache.cli.usercode import user_code, user_roots
-from tunecache.errors import BadArgumentError, TunecacheError
+from tunecache.cli.usercode import spec_roots, user_code
+from tunecache.errors import BadArgumentError
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from rich.console import Console
 
 __all__ = ["cmd_tune", "cmd_demo", "cmd_evaluate"]
@@ -28,11 +24,12 @@ def _load_models(spec: str) -> list[Any]:
     """The models a MODULE:ATTR or FILE.py:ATTR spec names: a Model, a callable, or a list or
     dict of them."""
     from tunecache import tune
+    from tunecache.tune.loading import load_module
 
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise UsageError(f"a model is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
-    value: Any = _import(where)
+    value: Any = load_module(where, "_tunecache_models_", cannot_import=True)
     for part in attr.split("."):
         if not hasattr(value, part):
             raise BadArgumentError(f"{where!r} has no attribute {attr!r}")
@@ -42,46 +39,6 @@ def _load_models(spec: str) -> list[Any]:
     if isinstance(value, list | tuple):
         return [tune.as_model(v) for v in value]
     return [tune.as_model(value, name=attr)]
-
-
-def _spec_modules(specs: Iterable[str]) -> list[str]:
-    """The dotted module names of MODULE:ATTR specs (a FILE.py spec names none)."""
-    wheres = (spec.rpartition(":")[0] for spec in specs)
-    return [where for where in wheres if where and not where.endswith(".py")]
-
-
-def _import(where: str) -> ModuleType:
-    """The module a model spec names, by dotted name or as a FILE.py; any failure is one line."""
-    import importlib
-    import importlib.util
-
-    try:
-        if not where.endswith(".py"):
-            return importlib.import_module(where)
-        path = Path(where)
-        if not path.is_file():
-            raise BadArgumentError(f"no file {where!r}")
-        # A name of its own, so a file called like an installed module shadows nothing.
-        name = f"_tunecache_models_{abs(hash(str(path.resolve())))}"
-        loader_spec = importlib.util.spec_from_file_location(name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise BadArgumentError(f"cannot import {where!r}")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[name] = module  # dataclasses and pickling look the module up
-        try:
-            loader_spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        return module
-    except ImportError as error:
-        raise BadArgumentError(f"cannot import {where!r}: {error}") from None
-    except TunecacheError:
-        raise
-    except Exception as error:  # the module's own code failed while importing
-        raise BadArgumentError(
-            f"importing {where!r} raised {type(error).__name__}: {error}".splitlines()[0]
-        ) from None
 
 
 def _tune_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,7 +159,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.model:
         raise UsageError("tune needs a MODEL (MODULE:ATTR or FILE.py:ATTR), or --pending")
     models = [m for spec in args.model for m in _load_models(spec)]
-    roots = user_roots(_spec_modules(args.model))
+    roots = spec_roots(args.model)
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
         for model in models:
@@ -381,7 +338,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         tuned = [m for spec in args.tune for m in _load_models(spec)]
         held = [m for spec in args.held_out for m in _load_models(spec)]
-    roots = () if examples else user_roots(_spec_modules([*args.tune, *args.held_out]))
+    roots = () if examples else spec_roots([*args.tune, *args.held_out])
     with (
         _evaluation_store(args, examples) as cache,
         render.progress(args) as progress,
