@@ -168,6 +168,8 @@ def run_session(
                 session.claims = Claims(
                     store, ttl=options.claim_ttl, clock=how.wall, timer=how.clock
                 )
+                # Let go of after the claims: a tuner that waited for it finds them released.
+                stack.callback(session.hosting.release)
                 stack.enter_context(session.claims.renewing())
             with store.run(kind, notes=f"model {model.name}") as run_id:
                 session.run_id = run_id
@@ -238,7 +240,22 @@ def _after_other_sessions(session: Session) -> None:
     doubted, so a later session benches it again). A wait that outlasts the claim wait goes on
     with the per-key claims alone, as tuners of other hosts do."""
     assert session.claims is not None
-    claim = _wait(session, session_key(session.model.name, session.claims.host), (0, 0))
+    key = session_key(session.model.name, session.claims.host)
+    lock, timer = session.hosting, session.claims.timer
+    start = timer()
+    if not lock.acquire(0.0):
+        # Another tuner of the model on this host holds its session lock (`measuring`): sleep
+        # until it lets go, one system call a look, not a read of the store's claims.
+        holder = session.claims.holder(key)
+        named = "another tuner of this host" if holder is None else holder.named
+        session.tell(f"waiting for {key}, claimed by {named}", 0, 0)
+        try:
+            lock.acquire(_deadline(session), sleep=session.how.sleep)
+        finally:
+            session.waited_for_others += timer() - start
+    # The claim in the store as well: a holder of it that takes no session lock, or one of
+    # another host of a fleet store (which waits for nobody: the key names its host).
+    claim = _wait(session, key, (0, 0), timer() - start)
     if claim.holder is not None:
         # The claim has had a holder (a live one waited for, one that died, or an earlier
         # session that let go of it): what the store holds now is read before this session
@@ -246,14 +263,22 @@ def _after_other_sessions(session: Session) -> None:
         session.refresh()
 
 
-def _wait(session: Session, key: str, progress: tuple[int, int]) -> Claim:
-    """Claim `key`, waiting while another live tuner holds it, up to the session's claim wait
-    (and what is left of its budget); the progress callback hears whom it waits for."""
-    assert session.claims is not None
+def _deadline(session: Session) -> float:
+    """Seconds a wait for another tuner may last: the session's claim wait, within what is
+    left of its budget."""
     deadline = session.options.claim_wait
     if session.options.budget is not None:
         left = session.options.budget - (session.how.clock() - session.started)
         deadline = max(0.0, min(deadline, left))
+    return deadline
+
+
+def _wait(session: Session, key: str, progress: tuple[int, int], spent: float = 0.0) -> Claim:
+    """Claim `key`, waiting while another live tuner holds it, up to the session's claim wait
+    (and what is left of its budget) less the `spent` seconds waited for it already; the
+    progress callback hears whom it waits for."""
+    assert session.claims is not None
+    deadline = max(0.0, _deadline(session) - spent)
 
     def waiting(holder: Holder) -> None:
         session.tell(f"waiting for {key}, claimed by {holder.named}", *progress)
