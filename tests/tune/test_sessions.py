@@ -124,22 +124,6 @@ def test_a_tuner_sleeps_on_a_live_sessions_lock_without_reading_the_claims(
     assert lock_seen(session_lock(cache.path, tm.ENCODER.name).path) == "free"
 
 
-def test_a_session_holds_its_lock_on_this_host_while_it_runs(cache: Cache) -> None:
-    lock = session_lock(cache.path, tm.ENCODER.name)
-    seen: list[str] = []
-    profiler = scripted(lambda row: 0.5, rest=0.0)
-
-    def looking(run: Callable[[], None]) -> tuple[Profile, float]:
-        seen.append(lock_seen(lock.path))
-        return profiler(run)
-
-    _tune(cache, tm.ENCODER, Clock(), profiler=looking)
-    assert seen and set(seen) == {"busy"}
-    assert lock_seen(lock.path) == "free"
-    # Another model's session lock is another file.
-    assert session_lock(cache.path, "another model").path != lock.path
-
-
 def test_a_killed_sessions_claim_is_taken_over_at_once(cache: Cache) -> None:
     with spawn("hold", str(cache.path), HERE, "--session", tm.ENCODER.name) as (child, out):
         assert out.readline().startswith("claimed")
@@ -207,8 +191,15 @@ def test_two_tuners_at_once_one_tunes_and_the_other_reads_what_it_wrote(cache: C
     assert sorted(map(len, fresh)) == [0, len(benched)]
 
 
-def test_a_profile_takes_the_devices_measurement_turn(cache: Cache) -> None:
-    lock = MeasureLock(cache.path)
+@pytest.mark.parametrize("which", ["measurement turn", "session lock"])
+def test_a_profile_runs_under_the_devices_measurement_turn_and_the_models_session_lock(
+    cache: Cache, which: str
+) -> None:
+    lock = (
+        MeasureLock(cache.path)
+        if which == "measurement turn"
+        else session_lock(cache.path, tm.ENCODER.name)
+    )
     seen: list[str] = []
     profiler = scripted(lambda row: 0.5, rest=0.0)
 
@@ -219,6 +210,11 @@ def test_a_profile_takes_the_devices_measurement_turn(cache: Cache) -> None:
     _tune(cache, tm.ENCODER, Clock(), profiler=looking)
     assert seen and set(seen) == {"busy"}
     assert lock_seen(lock.path) == "free"
+    # Another model's session lock is another file.
+    assert (
+        session_lock(cache.path, "another model").path
+        != session_lock(cache.path, tm.ENCODER.name).path
+    )
 
 
 def test_a_session_that_finds_everything_tuned_runs_the_model_for_one_profile_only(
