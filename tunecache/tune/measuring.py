@@ -22,7 +22,8 @@ one system call every `POLL` seconds, instead of reading the store's claims thro
 at that rate. Those reads woke three waiting tuners sixty times a second for a millisecond each,
 beside a holder whose BLAS threads stall together whenever one of them is preempted: with four
 tuners of one model at once, the holder's trials rejected the real win in 4 of 8 runs
-(tools/bench_tuners.py, ATTENTIONx10), which it accepted alone in 8 of 8.
+(tools/bench_tuners.py, ATTENTIONx10; a tuner alone accepted it in 7 and 8 of 8, two runs of the
+tool), and in 0 of 8 once they slept on the lock.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class HostLock:
         #: the clock `waited` is measured on (a session's own, so its waits add up)
         self.timer = timer
         self._fd: int | None = None
+        #: the descriptor a wait for the lock has open (None: no wait under way)
+        self._waiting: int | None = None
         self._depth = 0
         #: seconds this process waited for another process's turn to end, in all
         self.waited = 0.0
@@ -85,8 +88,9 @@ class HostLock:
         self, timeout: float | None = None, *, sleep: Callable[[float], object] = time.sleep
     ) -> bool:
         """Take the lock, waiting at most `timeout` seconds of `timer` (None: as long as it
-        takes) with a look every `POLL` seconds; whether it is held now. A lock this process
-        holds already is held once more (`release` as often)."""
+        takes) with a look every `POLL` seconds; whether it is held now. A lock this object
+        holds already is held once more (`release` as often); another object on the same file,
+        even in this process, waits for it as another process would."""
         with self._lock:
             if self._depth == 0 and not self._take(timeout, sleep):
                 return False
@@ -101,7 +105,8 @@ class HostLock:
                 self._drop()
 
     def busy(self) -> bool:
-        """Whether another process holds the lock now (a look, nothing taken)."""
+        """Whether another holder (another process, or another object on the file) has the
+        lock now: where it is free, this takes it for an instant and lets go."""
         with self._lock:
             if self._fd is not None:
                 return False
@@ -115,9 +120,12 @@ class HostLock:
     ) -> bool:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Read-only is enough for flock, and opens a file another user made (mode 0644).
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
             return True  # nowhere to keep it: held without one
+        # Kept while it waits too: a child forked meanwhile closes its copy (`_forked`).
+        self._waiting = fd
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -132,6 +140,8 @@ class HostLock:
         except BaseException:
             os.close(fd)
             raise
+        finally:
+            self._waiting = None
         self._fd = fd
         return True
 
@@ -161,13 +171,15 @@ class HostLock:
 
     def _forked(self) -> None:
         """In a forked child: let go of the parent's descriptor (never unlock it: the lock is
-        the parent's) and of a thread lock another thread may have held at the fork."""
-        fd, self._fd = self._fd, None
+        the parent's), the one a wait of another thread had open, and of a thread lock another
+        thread may have held at the fork."""
+        fds, self._fd, self._waiting = (self._fd, self._waiting), None, None
         self._depth = 0
         self._lock = threading.RLock()
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in fds:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def _after_fork() -> None:
@@ -189,8 +201,12 @@ def session_lock(
     database: Path, model: str, timer: Callable[[], float] = time.monotonic
 ) -> HostLock:
     """The lock one tuning session of `model` holds on this host, for as long as it runs,
-    beside the device's local cache file `database` (the name's digest names the file)."""
+    beside the device's local cache file `database` (a digest of the name and the host names
+    the file: a cache folder on a network filesystem, whose flocks other hosts see, keeps one
+    file per host, as the session's claim names its host)."""
+    import platform
+
     from tunecache._digest import sha256
 
-    digest = sha256(model.encode()).hexdigest()[:16]
+    digest = sha256(f"{model}\0{platform.node()}".encode()).hexdigest()[:16]
     return HostLock(database.with_name(f"{database.name}.session-{digest}.lock"), timer)
