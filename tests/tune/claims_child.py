@@ -1,13 +1,15 @@
 """A process that holds a claim, or tunes a model, for the claims tests (test_claims.py and
 tests/fleet/test_claims.py).
 
-    python -m tests.tune.claims_child hold STORE KEY [--host HOST] [--ttl SECONDS]
+    python -m tests.tune.claims_child hold STORE KEY [--host HOST] [--ttl SECONDS] [--session M]
     python -m tests.tune.claims_child tune STORE
     python -m tests.tune.claims_child pending STORE
 
 STORE is a cache file's path, or a fleet store's URL. `hold` claims KEY for the test device,
 says `claimed PID`, and waits for a line on stdin: `release` lets go of the claim (and says
-`released`); anything else, or the parent's SIGKILL, leaves it. `tune` says `ready`, waits for
+`released`); anything else, or the parent's SIGKILL, leaves it. With `--session MODEL`, it
+takes that model's session lock on this host first (`measuring.session_lock`, beside STORE's
+file) and lets go of it after the claim, as a tuning session does. `tune` says `ready`, waits for
 a line on stdin (`go`), tunes tests.tune_models' encoder (every key, share 0) and prints its
 report as JSON; `pending` does the same around `tune.pending` (the device's pending keys, no
 stored record benched again). This process's CPU waits are unknown, as the test process's
@@ -32,6 +34,7 @@ from tunecache import tune
 from tunecache.cache import Cache
 from tunecache.device import Device
 from tunecache.tune.claims import Claims
+from tunecache.tune.measuring import session_lock
 
 #: the checkout, where the child runs as `python -m tests.tune.claims_child`
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -54,15 +57,21 @@ def main() -> None:
     parser.add_argument("key", nargs="?")
     parser.add_argument("--host")
     parser.add_argument("--ttl", type=float, default=300.0)
+    parser.add_argument("--session")
     args = parser.parse_args()
     tunecache.evidence.cpu_wait = lambda: None
     cache = _open(args.store)
     if args.what == "hold":
+        lock = None if args.session is None else session_lock(cache.path, args.session)
+        if lock is not None:
+            assert lock.acquire(0.0)
         claims = Claims(cache, ttl=args.ttl, host=args.host)
         assert claims.claim(args.key).taken
         print(f"claimed {os.getpid()}", flush=True)
         if sys.stdin.readline().strip() == "release":
             claims.release(args.key)
+            if lock is not None:
+                lock.release()
             print("released", flush=True)
         return
     print("ready", flush=True)

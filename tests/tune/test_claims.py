@@ -10,6 +10,8 @@ import argparse
 import os
 import platform
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from tunecache.device import Device
 from tunecache.errors import BadArgumentError
 from tunecache.resolve import Table
 from tunecache.tune.claims import Claims, Holder, pid_alive
-from tunecache.tune.measuring import MeasureLock
+from tunecache.tune.measuring import POLL, HostLock, MeasureLock
 from tunecache.tune.options import TUNE_OPTIONS
 
 KEY = NORM.text
@@ -290,3 +292,51 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(cache: Cache) 
             os.waitpid(pid, 0)
         for fd in (go_read, go_write, up_read):
             os.close(fd)
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_host_lock_waits_at_most_its_deadline_for_another_process(tmp_path: Path) -> None:
+    clock = Clock()
+    lock = HostLock(tmp_path / "a.lock", timer=clock)
+    looks: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        looks.append(seconds)
+        clock.advance(seconds)
+
+    other = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(lock.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == b"held\n"
+        assert lock.busy()
+        # 0.12 s of the injected timer: two looks of POLL, then the 0.02 s left; not taken.
+        assert not lock.acquire(0.12, sleep=sleep)
+        assert looks == pytest.approx([POLL, POLL, 0.12 - 2 * POLL])
+        assert lock.waited == pytest.approx(0.12)
+        assert not lock.acquire(0.0, sleep=sleep) and len(looks) == 3  # a look, no sleep
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()  # the other process ends, and its lock with it
+        other.wait()
+        assert other.stdout is not None
+        other.stdout.close()
+    assert not lock.busy()
+    assert lock.acquire(1.0, sleep=sleep) and lock.acquire(0.0)  # held, then held once more
+    assert lock_seen(lock.path) == "busy"
+    lock.release()
+    assert lock_seen(lock.path) == "busy"  # one acquire is still held
+    lock.release()
+    assert lock_seen(lock.path) == "free"
+    lock.release()  # one release too many lets go of nothing
+    assert len(looks) == 3  # the free lock was taken at the first look

@@ -20,8 +20,8 @@ from tests.tune.claims_child import benches, spawn, tune_at_once
 from tests.tune.support import Clock, claims_on, epoch_clock, lock_seen, scripted
 from tunecache.cache import Cache
 from tunecache.dispatch import Profile
-from tunecache.tune.claims import session_key
-from tunecache.tune.measuring import MeasureLock
+from tunecache.tune.claims import Claims, session_key
+from tunecache.tune.measuring import POLL, MeasureLock, session_lock
 from tunecache.tune.model import Model
 from tunecache.tune.options import session_options
 from tunecache.tune.profiling import wall_profile
@@ -80,8 +80,52 @@ def test_a_tuner_waits_for_a_live_session_of_its_model_before_running_it(cache: 
     assert counted.runs > 0 and report.keys  # then it tuned the model as the holder left it
 
 
+def test_a_tuner_sleeps_on_a_live_sessions_lock_without_reading_the_claims(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The holder takes the model's session lock on this host, then its claim, as a session
+    # does. The waiter looks at the lock 5 times (its sleeps, on the injected timer) before
+    # the holder lets go: one read of the claims meanwhile (whom it waits for), not one a look.
+    reads: list[str] = []
+    holder_of = Claims.holder
+
+    def counted(self: Claims, key: str) -> Any:
+        reads.append(key)
+        return holder_of(self, key)
+
+    monkeypatch.setattr(Claims, "holder", counted)
+    clock = Clock()
+    with spawn("hold", str(cache.path), HERE, "--session", tm.ENCODER.name) as (child, out):
+        assert out.readline().startswith("claimed")
+        told: list[str] = []
+        looks: list[int] = []
+
+        def sleep(seconds: float) -> None:
+            clock.advance(seconds)
+            if told and len(looks) < 5:  # a look at the session lock: the reads so far
+                looks.append(reads.count(HERE))
+                if len(looks) == 5:
+                    assert child.stdin is not None
+                    child.stdin.write(b"release\n")
+                    child.stdin.flush()
+                    assert out.readline().strip() == "released"
+
+        def progress(what: str, done: int, total: int) -> None:
+            if what.startswith("waiting for session"):
+                told.append(what)
+
+        how = Running(clock=clock, sleep=sleep, progress=progress)
+        options = session_options(share=0.0)
+        report = run_session(tm.ENCODER, cache, {}, options, how, tune_keys=True)
+    assert told == [f"waiting for {HERE}, claimed by {platform.node()} pid {child.pid}"]
+    assert looks == [1] * 5  # one read, before the first look
+    assert report.waited == pytest.approx(5 * POLL)  # five looks, on the injected timer
+    assert report.keys  # then it tuned the model as the holder left it
+    assert lock_seen(session_lock(cache.path, tm.ENCODER.name).path) == "free"
+
+
 def test_a_killed_sessions_claim_is_taken_over_at_once(cache: Cache) -> None:
-    with spawn("hold", str(cache.path), HERE) as (child, out):
+    with spawn("hold", str(cache.path), HERE, "--session", tm.ENCODER.name) as (child, out):
         assert out.readline().startswith("claimed")
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -147,8 +191,15 @@ def test_two_tuners_at_once_one_tunes_and_the_other_reads_what_it_wrote(cache: C
     assert sorted(map(len, fresh)) == [0, len(benched)]
 
 
-def test_a_profile_takes_the_devices_measurement_turn(cache: Cache) -> None:
-    lock = MeasureLock(cache.path)
+@pytest.mark.parametrize("which", ["measurement turn", "session lock"])
+def test_a_profile_runs_under_the_devices_measurement_turn_and_the_models_session_lock(
+    cache: Cache, which: str
+) -> None:
+    lock = (
+        MeasureLock(cache.path)
+        if which == "measurement turn"
+        else session_lock(cache.path, tm.ENCODER.name)
+    )
     seen: list[str] = []
     profiler = scripted(lambda row: 0.5, rest=0.0)
 
@@ -159,6 +210,11 @@ def test_a_profile_takes_the_devices_measurement_turn(cache: Cache) -> None:
     _tune(cache, tm.ENCODER, Clock(), profiler=looking)
     assert seen and set(seen) == {"busy"}
     assert lock_seen(lock.path) == "free"
+    # Another model's session lock is another file.
+    assert (
+        session_lock(cache.path, "another model").path
+        != session_lock(cache.path, tm.ENCODER.name).path
+    )
 
 
 def test_a_session_that_finds_everything_tuned_runs_the_model_for_one_profile_only(

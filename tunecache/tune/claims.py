@@ -22,7 +22,9 @@ any open, writable `Cache`.
 Besides its keys, a tuning session claims its model on its host (`session_key`) before it
 profiles anything: a second tuner of the same model and device on the same host waits for that
 session (bounded as a key's wait is, and taken over when its holder dies or its claim expires),
-then finds in the cache what the first one tuned. Tuners on one host share its cores, so
+then finds in the cache what the first one tuned. The session holds a flock of this host too
+(`tunecache.tune.measuring.session_lock`), so that a waiter sleeps on it rather than reading
+the claim every `POLL` seconds. Tuners on one host share its cores, so
 running beside each other they would only contend with the one that measures; on other hosts
 of a fleet store they tune different keys at once, as before.
 """

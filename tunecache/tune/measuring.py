@@ -15,6 +15,15 @@ trial) closes its inherited copy of the descriptor at once (`os.register_at_fork
 belongs to the descriptor's open file, which the child would otherwise keep, and with it the
 lock, for as long as it runs. Where the folder cannot take the file, measurements go unlocked,
 as before.
+
+The same kind of lock (`HostLock`) keeps one session of a model at a time on this host
+(`session_lock`): a tuner that finds it taken sleeps until it is let go of, looking at it with
+one system call every `POLL` seconds, instead of reading the store's claims through SQLAlchemy
+at that rate. Those reads woke three waiting tuners sixty times a second for a millisecond each,
+beside a holder whose BLAS threads stall together whenever one of them is preempted: with four
+tuners of one model at once, the holder's trials rejected the real win in 4 of 8 runs
+(tools/bench_tuners.py, ATTENTIONx10; a tuner alone accepted it in 7 and 8 of 8, two runs of the
+tool), and in 0 of 8 once they slept on the lock.
 """
 
 from __future__ import annotations
@@ -28,20 +37,32 @@ import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["MeasureLock"]
+__all__ = ["POLL", "HostLock", "MeasureLock", "session_lock"]
+
+#: seconds between two looks at a lock another process holds, where a wait has a deadline
+POLL = 0.05
 
 #: every lock of this process, for the fork hook
-_LOCKS: weakref.WeakSet[MeasureLock] = weakref.WeakSet()
+_LOCKS: weakref.WeakSet[HostLock] = weakref.WeakSet()
 
 
-class MeasureLock:
-    """The measurement lock of the device whose local cache file is `database`."""
+class HostLock:
+    """An exclusive flock on the file `path`: one process of this host holds it at a time.
 
-    def __init__(self, database: Path, timer: Callable[[], float] = time.monotonic) -> None:
-        self.path = database.with_name(database.name + ".measure-lock")
+    `held()` holds it around a block (re-entrant), waiting as long as it takes; `acquire`
+    waits at most a deadline, and `release` lets go of what `acquire` took. A process that
+    dies holding it lets go with its descriptor, and a forked child closes its inherited copy.
+    Where the folder cannot take the file, the lock is taken without one (nothing is waited
+    for).
+    """
+
+    def __init__(self, path: Path, timer: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
         #: the clock `waited` is measured on (a session's own, so its waits add up)
         self.timer = timer
         self._fd: int | None = None
+        #: the descriptor a wait for the lock has open (None: no wait under way)
+        self._waiting: int | None = None
         self._depth = 0
         #: seconds this process waited for another process's turn to end, in all
         self.waited = 0.0
@@ -63,23 +84,85 @@ class MeasureLock:
                 if self._depth == 0:
                     self._drop()
 
-    def _take(self) -> None:
+    def acquire(
+        self, timeout: float | None = None, *, sleep: Callable[[float], object] = time.sleep
+    ) -> bool:
+        """Take the lock, waiting at most `timeout` seconds of `timer` (None: as long as it
+        takes) with a look every `POLL` seconds; whether it is held now. A lock this object
+        holds already is held once more (`release` as often); another object on the same file,
+        even in this process, waits for it as another process would."""
+        with self._lock:
+            if self._depth == 0 and not self._take(timeout, sleep):
+                return False
+            self._depth += 1
+            return True
+
+    def release(self) -> None:
+        """Let go of one `acquire` (the lock itself once the last one is let go of)."""
+        with self._lock:
+            self._depth = max(0, self._depth - 1)
+            if self._depth == 0:
+                self._drop()
+
+    def busy(self) -> bool:
+        """Whether another holder (another process, or another object on the file) has the
+        lock now: where it is free, this takes it for an instant and lets go."""
+        with self._lock:
+            if self._fd is not None:
+                return False
+            if not self._take(0.0, time.sleep):
+                return True
+            self._drop()
+            return False
+
+    def _take(
+        self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
+    ) -> bool:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Read-only is enough for flock, and opens a file another user made (mode 0644).
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
-            return  # nowhere to keep it: measure unlocked
+            return True  # nowhere to keep it: held without one
+        # Kept while it waits too: a child forked meanwhile closes its copy (`_forked`).
+        self._waiting = fd
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                start = self.timer()  # another tuner's turn: wait for its end
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                self.waited += self.timer() - start
+                start = self.timer()  # another process's turn: wait for its end
+                try:
+                    if not self._wait(fd, start, timeout, sleep):
+                        os.close(fd)
+                        return False
+                finally:
+                    self.waited += self.timer() - start
         except BaseException:
             os.close(fd)
             raise
+        finally:
+            self._waiting = None
         self._fd = fd
+        return True
+
+    def _wait(
+        self, fd: int, start: float, timeout: float | None, sleep: Callable[[float], object]
+    ) -> bool:
+        """Wait for the lock on `fd`: blocked in flock where there is no deadline, else a look
+        every POLL seconds until `timeout` seconds of `timer` have passed."""
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return True
+        while True:
+            left = start + timeout - self.timer()
+            if left <= 0:
+                return False
+            sleep(min(POLL, left))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            return True
 
     def _drop(self) -> None:
         fd, self._fd = self._fd, None
@@ -88,13 +171,15 @@ class MeasureLock:
 
     def _forked(self) -> None:
         """In a forked child: let go of the parent's descriptor (never unlock it: the lock is
-        the parent's) and of a thread lock another thread may have held at the fork."""
-        fd, self._fd = self._fd, None
+        the parent's), the one a wait of another thread had open, and of a thread lock another
+        thread may have held at the fork."""
+        fds, self._fd, self._waiting = (self._fd, self._waiting), None, None
         self._depth = 0
         self._lock = threading.RLock()
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in fds:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def _after_fork() -> None:
@@ -103,3 +188,25 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+class MeasureLock(HostLock):
+    """The measurement lock of the device whose local cache file is `database`."""
+
+    def __init__(self, database: Path, timer: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(database.with_name(database.name + ".measure-lock"), timer)
+
+
+def session_lock(
+    database: Path, model: str, timer: Callable[[], float] = time.monotonic
+) -> HostLock:
+    """The lock one tuning session of `model` holds on this host, for as long as it runs,
+    beside the device's local cache file `database` (a digest of the name and the host names
+    the file: a cache folder on a network filesystem, whose flocks other hosts see, keeps one
+    file per host, as the session's claim names its host)."""
+    import platform
+
+    from tunecache._digest import sha256
+
+    digest = sha256(f"{model}\0{platform.node()}".encode()).hexdigest()[:16]
+    return HostLock(database.with_name(f"{database.name}.session-{digest}.lock"), timer)

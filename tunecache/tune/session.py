@@ -25,7 +25,7 @@ from tunecache._digest import sha256
 from tunecache.errors import TunecacheError
 from tunecache.resolve import DEFAULT_MAX_DISTANCE, Table
 from tunecache.tune.claims import Holder, pid_alive
-from tunecache.tune.measuring import MeasureLock
+from tunecache.tune.measuring import MeasureLock, session_lock
 from tunecache.tune.mirror import Mirror
 from tunecache.tune.model import Model, scenario_text
 from tunecache.tune.options import Options
@@ -89,6 +89,8 @@ class Session:
         self.cases = model.cases()
         #: taken around each bench and trial: one tuner of the device times at a time here
         self.measuring = MeasureLock(cache.path, timer=how.clock)
+        #: held by a tuning session of the model for as long as it runs: one at a time here
+        self.hosting = session_lock(cache.path, model.name, timer=how.clock)
         # A fleet store's rows are read by the tables through a local mirror of them.
         self.mirror = Mirror(cache) if cache.url is not None else None
         self.base = Table.open(

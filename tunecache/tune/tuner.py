@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tunecache.errors import BadArgumentError, TuneInterrupted
+from tunecache.errors import BadArgumentError, TunecacheError, TuneInterrupted
 from tunecache.keys import Key
 from tunecache.resolve import DEFAULT_MAX_DISTANCE
 from tunecache.tune import doubt
@@ -168,6 +168,8 @@ def run_session(
                 session.claims = Claims(
                     store, ttl=options.claim_ttl, clock=how.wall, timer=how.clock
                 )
+                # Let go of after the claims: a tuner that waited for it finds them released.
+                stack.callback(session.hosting.release)
                 stack.enter_context(session.claims.renewing())
             with store.run(kind, notes=f"model {model.name}") as run_id:
                 session.run_id = run_id
@@ -232,13 +234,34 @@ def _passes(session: Session, *, tune_keys: bool) -> None:
 
 def _after_other_sessions(session: Session) -> None:
     """Wait, before profiling or benching anything, while another live tuner tunes this model
-    on this host (`claims.session_key`), then read what it wrote: its keys are then known or
-    reused here, not tuned beside it. Tuners of one host share its cores, and one that
+    on this host (its session lock, `measuring.session_lock`, then its claim,
+    `claims.session_key`), then read what it wrote: its keys are then known or reused here,
+    not tuned beside it. Tuners of one host share its cores, and one that
     profiles or checks outputs while another times a bench makes that bench contended (and
     doubted, so a later session benches it again). A wait that outlasts the claim wait goes on
     with the per-key claims alone, as tuners of other hosts do."""
     assert session.claims is not None
-    claim = _wait(session, session_key(session.model.name, session.claims.host), (0, 0))
+    key = session_key(session.model.name, session.claims.host)
+    lock, timer = session.hosting, session.claims.timer
+    deadline, start = _deadline(session), timer()
+    if not lock.acquire(0.0):
+        # Another tuner of the model on this host holds its session lock
+        # (`measuring.session_lock`): sleep until it lets go, one system call a look, not a
+        # read of the store's claims. The one read says whom it waits for.
+        try:
+            holder = session.claims.holder(key)
+        except TunecacheError:
+            holder = None
+        named = "another tuner of this host" if holder is None else holder.named
+        session.tell(f"waiting for {key}, claimed by {named}", 0, 0)
+        try:
+            lock.acquire(deadline, sleep=session.how.sleep)
+        finally:
+            session.waited_for_others += timer() - start
+    # The claim in the store as well: a holder of it that takes no session lock (another
+    # tool), waited for within what is left of the same deadline. Another host's holder has a
+    # key of its own, and is waited for by nobody.
+    claim = _wait(session, key, (0, 0), max(0.0, deadline - (timer() - start)))
     if claim.holder is not None:
         # The claim has had a holder (a live one waited for, one that died, or an earlier
         # session that let go of it): what the store holds now is read before this session
@@ -246,14 +269,25 @@ def _after_other_sessions(session: Session) -> None:
         session.refresh()
 
 
-def _wait(session: Session, key: str, progress: tuple[int, int]) -> Claim:
-    """Claim `key`, waiting while another live tuner holds it, up to the session's claim wait
-    (and what is left of its budget); the progress callback hears whom it waits for."""
-    assert session.claims is not None
+def _deadline(session: Session) -> float:
+    """Seconds a wait for another tuner may last: the session's claim wait, within what is
+    left of its budget."""
     deadline = session.options.claim_wait
     if session.options.budget is not None:
         left = session.options.budget - (session.how.clock() - session.started)
         deadline = max(0.0, min(deadline, left))
+    return deadline
+
+
+def _wait(
+    session: Session, key: str, progress: tuple[int, int], deadline: float | None = None
+) -> Claim:
+    """Claim `key`, waiting while another live tuner holds it, up to `deadline` seconds (the
+    session's claim wait within what is left of its budget, unless given); the progress
+    callback hears whom it waits for."""
+    assert session.claims is not None
+    if deadline is None:
+        deadline = _deadline(session)
 
     def waiting(holder: Holder) -> None:
         session.tell(f"waiting for {key}, claimed by {holder.named}", *progress)
