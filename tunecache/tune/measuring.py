@@ -118,13 +118,10 @@ class HostLock:
     def _take(
         self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
     ) -> bool:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Read-only is enough for flock, and opens a file another user made (mode 0644).
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError:
+        fd = self._open()
+        if fd is None:
             return True  # nowhere to keep it: held without one
-        # Kept while it waits too: a child forked meanwhile closes its copy (`_forked`).
+        # Named while it waits too: a child forked meanwhile closes its copy (`_forked`).
         self._waiting = fd
         try:
             try:
@@ -132,18 +129,41 @@ class HostLock:
             except BlockingIOError:
                 start = self.timer()  # another process's turn: wait for its end
                 try:
-                    if not self._wait(fd, start, timeout, sleep):
-                        os.close(fd)
-                        return False
+                    got = self._wait(fd, start, timeout, sleep)
                 finally:
                     self.waited += self.timer() - start
+                if not got:
+                    self._waiting = None  # unnamed before it is closed: its number is reused
+                    os.close(fd)
+                    return False
+            self._fd = fd  # named as held before it stops being named as waiting
+            self._waiting = None
+            return True
+        except OSError:
+            # flock itself failed (not "taken": that is BlockingIOError, above), as on an NFS
+            # folder whose lock file opened read-only: held without one.
+            self._waiting = None
+            os.close(fd)
+            return True
         except BaseException:
+            if self._fd == fd:
+                self._fd = None
+            self._waiting = None
             os.close(fd)
             raise
-        finally:
-            self._waiting = None
-        self._fd = fd
-        return True
+
+    def _open(self) -> int | None:
+        """A descriptor of the lock file, made if need be; None where there can be none."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except PermissionError:
+                # Another user's lock file (mode 0644): flock needs no more than reading it
+                # (but on NFS, where it then fails, and the lock is held without one).
+                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
 
     def _wait(
         self, fd: int, start: float, timeout: float | None, sleep: Callable[[float], object]
@@ -173,13 +193,13 @@ class HostLock:
         """In a forked child: let go of the parent's descriptor (never unlock it: the lock is
         the parent's), the one a wait of another thread had open, and of a thread lock another
         thread may have held at the fork."""
-        fds, self._fd, self._waiting = (self._fd, self._waiting), None, None
+        fds = {fd for fd in (self._fd, self._waiting) if fd is not None}
+        self._fd = self._waiting = None
         self._depth = 0
         self._lock = threading.RLock()
         for fd in fds:
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _after_fork() -> None:

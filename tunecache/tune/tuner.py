@@ -255,7 +255,7 @@ def _after_other_sessions(session: Session) -> None:
         named = "another tuner of this host" if holder is None else holder.named
         session.tell(f"waiting for {key}, claimed by {named}", 0, 0)
         try:
-            lock.acquire(deadline, sleep=session.how.sleep)
+            lock.acquire(max(0.0, deadline - (timer() - start)), sleep=session.how.sleep)
         finally:
             session.waited_for_others += timer() - start
     # The claim in the store as well: a holder of it that takes no session lock (another
