@@ -319,7 +319,7 @@ def test_a_host_lock_waits_at_most_its_deadline_for_another_process(tmp_path: Pa
     )
     try:
         assert other.stdout is not None and other.stdout.readline() == b"held\n"
-        assert lock.busy()
+        assert lock_seen(lock.path) == "busy"
         # 0.12 s of the injected timer: two looks of POLL, then the 0.02 s left; not taken.
         assert not lock.acquire(0.12, sleep=sleep)
         assert looks == pytest.approx([POLL, POLL, 0.12 - 2 * POLL])
@@ -331,7 +331,7 @@ def test_a_host_lock_waits_at_most_its_deadline_for_another_process(tmp_path: Pa
         other.wait()
         assert other.stdout is not None
         other.stdout.close()
-    assert not lock.busy()
+    assert lock_seen(lock.path) == "free"
     assert lock.acquire(1.0, sleep=sleep) and lock.acquire(0.0)  # held, then held once more
     assert lock_seen(lock.path) == "busy"
     lock.release()

@@ -75,6 +75,18 @@ def stored(kernel: Any, *args: Any) -> Any:
         return entry, (cache.record(entry) if entry is not None else None)
 
 
+def _recorded_wrong(kernel: Any, name: str, x: Any, out: Any) -> str:
+    """The error the stored record of `kernel`'s call (x, out, n) gives its one refused config,
+    which must be `name`, recorded as a wrong output of out_ptr."""
+    entry, record = stored(kernel, x, out, x.numel())
+    assert entry is not None and record is not None
+    refused = {t.name: t.error for t in record.candidates if t.error}
+    assert list(refused) == [name], refused
+    text = refused[name] or ""
+    assert text.startswith("wrong output: out_ptr: largest difference 1"), text
+    return text
+
+
 def main() -> None:
     device = tct.gpu_device()
     ok(f"device {device.cpu}-t{device.threads}, {device.accelerator}")
@@ -241,12 +253,7 @@ def output_checks() -> None:
     torch.cuda.synchronize()
     assert kernel.best_config is not configs[2], kernel.best_config
     assert float((out - x * 2.0).abs().max()) < 1e-5
-    entry, record = stored(kernel, x, out, x.numel())
-    assert entry is not None and record is not None
-    refused = {t.name: t.error for t in record.candidates if t.error}
-    assert list(refused) == [tct.config_name(configs[2])], refused
-    text = refused[tct.config_name(configs[2])] or ""
-    assert text.startswith("wrong output: out_ptr: largest difference 1"), text
+    text = _recorded_wrong(kernel, tct.config_name(configs[2]), x, out)
     ok(f"check_outputs: the off-by-one config is recorded wrong, never chosen ({text[:70]}...)")
 
     # A small output (at most gpu.HOST_VALUES values) is compared on the host, by the same rules.
@@ -256,12 +263,7 @@ def output_checks() -> None:
     small[vgrid](x, out, x.numel())
     torch.cuda.synchronize()
     assert float((out - x * 2.0).abs().max()) < 1e-5 and small.stats["tuned"] == 1, small.stats
-    entry, record = stored(small, x, out, x.numel())
-    assert entry is not None and record is not None
-    refused = {t.name: t.error for t in record.candidates if t.error}
-    assert list(refused) == [tct.config_name(configs[2])], refused
-    text = refused[tct.config_name(configs[2])] or ""
-    assert text.startswith("wrong output: out_ptr: largest difference 1"), text
+    text = _recorded_wrong(small, tct.config_name(configs[2]), x, out)
     ok(f"check_outputs on a 4096-value output, compared on the host: {text[:70]}...")
 
     # The four configs compiled above, at a size Triton specialises as it did 256 (no compile).
@@ -269,7 +271,7 @@ def output_checks() -> None:
     a, b, c = mm.operands(512)
     every[mm.grid](*mm.args(a, b, c))
     torch.cuda.synchronize()
-    entry, record = stored(every, *mm.args(a, b, c))
+    _, record = stored(every, *mm.args(a, b, c))
     assert record is not None
     refused = {t.name: t.error for t in record.candidates if t.error}
     assert list(refused) == [tct.config_name(mm.OVERSIZED)] or not refused, refused

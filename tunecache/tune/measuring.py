@@ -104,17 +104,6 @@ class HostLock:
             if self._depth == 0:
                 self._drop()
 
-    def busy(self) -> bool:
-        """Whether another holder (another process, or another object on the file) has the
-        lock now: where it is free, this takes it for an instant and lets go."""
-        with self._lock:
-            if self._fd is not None:
-                return False
-            if not self._take(0.0, time.sleep):
-                return True
-            self._drop()
-            return False
-
     def _take(
         self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
     ) -> bool:
