@@ -1,0 +1,311 @@
+"""Identical `tunecache tune` commands on one host share one session (tunecache.cli.sharing):
+real processes for the wait, the share and a holder killed; a real cache file for the change
+mark that decides whether a result still holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import select
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import tune_models as tm
+from tunecache.cache import Cache
+from tunecache.cli import sharing
+from tunecache.cli.parser import build_parser
+from tunecache.device import Device
+from tunecache.store.reading import CacheReader
+from tunecache.tune.claims import CLAIM_WAIT
+
+ROOT = Path(tm.__file__).resolve().parent.parent
+
+# A model that says it runs (a file named for its process) and then waits for the test's word
+# (a file `go`): the first command is inside its session, holding the gate, for as long as the
+# test needs; a command that shares its session never runs the model, so never writes a file.
+GATED = """
+import os, time
+from pathlib import Path
+from tests import tune_models as tm
+from tunecache.tune import Model
+
+HERE = Path(__file__).parent
+
+
+def gated():
+    (HERE / f"started-{os.getpid()}").touch()
+    deadline = time.monotonic() + 120
+    while not (HERE / "go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test never said go")
+        time.sleep(0.01)
+    return tm.scorer()
+
+
+GATED = Model("gated", gated)
+"""
+
+
+def _until(found: object, what: str, deadline: float = 120.0) -> None:
+    """Wait for the callable `found` to be true (an event another process makes)."""
+    end = time.monotonic() + deadline
+    while not found():  # type: ignore[operator]
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def _line(stream: object, text: str, deadline: float = 120.0) -> list[str]:
+    """Read `stream` (a child's stderr) line by line until a line holds `text`; the lines."""
+    seen: list[str] = []
+    end = time.monotonic() + deadline
+    while not seen or text not in seen[-1]:
+        left = end - time.monotonic()
+        assert left > 0, f"never printed {text!r}: {seen[-20:]}"
+        readable, _, _ = select.select([stream], [], [], left)
+        line = stream.readline() if readable else ""  # type: ignore[attr-defined]
+        assert line, f"the child ended before printing {text!r}: {seen[-20:]}"
+        seen.append(line)
+    return seen
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """The command that tunes the gated model into a file of the test's, and its environment
+    (the same for every command of a test: the environment is part of the request)."""
+    models = tmp_path / "gated.py"
+    models.write_text(GATED)
+    command = ["tune", f"{models}:GATED", "--db", str(tmp_path / "t.db"), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNECACHE_DIR": str(tmp_path / "root")}
+    yield command, env
+
+
+def _start(command: list[str], env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, *flags, "-m", "tunecache", *command],
+        env=env,
+        cwd=env["PYTHONPATH"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _started(folder: Path) -> list[Path]:
+    return sorted(folder.glob("started-*"))
+
+
+def test_an_identical_command_waits_and_reports_the_running_ones_session(
+    tmp_path: Path, gated: tuple[list[str], dict[str, str]]
+) -> None:
+    command, env = gated
+    first = _start(command, env)
+    try:
+        _until(lambda: _started(tmp_path), "the first command's model ran")
+        # The second one imports nothing heavy: -X importtime names every module it loads.
+        second = _start(command, env, "-X", "importtime")
+        try:
+            waiting = _line(second.stderr, "waiting to report its session")
+            (tmp_path / "go").touch()
+            out2, err2 = second.communicate(timeout=120)
+        finally:
+            if second.poll() is None:
+                second.kill()
+        out1, err1 = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err1
+    assert second.returncode == 0, err2
+    by = f"{platform.node()} pid {first.pid}"
+    assert f"({by})" in waiting[-1]
+    own, shared = json.loads(out1), json.loads(out2)
+    assert [r["shared_from"] for r in own] == [None]
+    assert [r["shared_from"] for r in shared] == [by]
+    assert [{**r, "shared_from": None} for r in shared] == own
+    assert own[0]["keys"], "the model's heavy key is in the report"
+    # It never ran the model (one process did), nor imported the store's SQLAlchemy side.
+    assert [p.name for p in _started(tmp_path)] == [f"started-{first.pid}"]
+    modules = {line.split("|")[-1].strip() for line in waiting + err2.splitlines() if "|" in line}
+    assert "tunecache.cli.sharing" in modules
+    assert not {m for m in modules if m.startswith(("sqlalchemy", "alembic", "tunecache.tune"))}
+
+
+def test_a_command_whose_holder_is_killed_runs_a_session_of_its_own(
+    tmp_path: Path, gated: tuple[list[str], dict[str, str]]
+) -> None:
+    command, env = gated
+    first = _start(command, env)
+    try:
+        _until(lambda: _started(tmp_path), "the first command's model ran")
+        second = _start(command, env)
+        try:
+            _line(second.stderr, "waiting to report its session")
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=60)
+            (tmp_path / "go").touch()
+            out, err = second.communicate(timeout=120)
+        finally:
+            if second.poll() is None:
+                second.kill()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 0, err
+    (report,) = json.loads(out)
+    assert report["shared_from"] is None
+    assert len(_started(tmp_path)) == 2  # it ran the model itself
+    assert {k["action"] for k in report["keys"]} <= {"accepted", "rejected", "kept"}
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    args = build_parser(["tune"]).parse_args(["tune", *argv])
+    args.argv = ("tune", *argv)
+    return args
+
+
+def test_what_is_not_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "t.db")
+    assert sharing.gate(_args("m:M", "--db", db)) is not None
+    assert sharing.gate(_args("m:M", "--db", db, "--alone")) is None
+    assert sharing.gate(_args("--pending", "--db", db)) is None
+    # A model file that is not there: the command says so as it always has.
+    assert sharing.gate(_args(f"{tmp_path / 'none.py'}:M", "--db", db)) is None
+    monkeypatch.setenv("TUNECACHE_URL", "postgresql://nobody@/nothing")
+    assert sharing.gate(_args("m:M")) is None  # a fleet store: other hosts write it
+    assert sharing.gate(_args("m:M", "--db", db)) is not None  # a file named: not the fleet's
+
+
+def test_the_request_is_the_command_its_directory_environment_cpus_and_model_file(
+    tmp_path: Path,
+) -> None:
+    base = {"cwd": "/w", "environ": {"A": "1"}, "cpus": [0, 1], "model_files": [(1, 2, 3)]}
+    digest = sharing.request_digest(["tune", "m:M"], **base)  # type: ignore[arg-type]
+    assert digest == sharing.request_digest(["tune", "m:M"], **base)  # type: ignore[arg-type]
+    for change in (
+        {"cwd": "/x"},
+        {"environ": {"A": "2"}},
+        {"environ": {"A": "1", "RANK": "1"}},
+        {"cpus": [0]},
+        {"model_files": [(1, 2, 4)]},
+    ):
+        other = sharing.request_digest(["tune", "m:M"], **{**base, **change})  # type: ignore[arg-type]
+        assert other != digest, change
+    assert sharing.request_digest(["tune", "m:M", "--retune"], **base) != digest  # type: ignore[arg-type]
+    # A model file's edit is a new request.
+    models = tmp_path / "m.py"
+    models.write_text("M = 1\n")
+    gate = sharing.gate(_args(f"{models}:M", "--db", str(tmp_path / "t.db")))
+    os.utime(models, ns=(0, 10**9))
+    again = sharing.gate(_args(f"{models}:M", "--db", str(tmp_path / "t.db")))
+    assert gate is not None and again is not None and gate.digest != again.digest
+    assert gate.lock.path.name.startswith("t.db.share-")  # beside the file --db names
+
+
+def test_the_wait_is_a_claims(tmp_path: Path) -> None:
+    assert sharing.SHARE_WAIT == CLAIM_WAIT
+
+
+@pytest.fixture
+def store(tmp_path: Path, device: Device) -> Iterator[Cache]:
+    with Cache.open(device=device, path=tmp_path / "s.db") as cache:
+        yield cache
+
+
+def _gate(tmp_path: Path, now: list[float]) -> sharing.Gate:
+    folder = tmp_path / sharing.FOLDER
+    return sharing.Gate(folder / "d.lock", folder / "d.json", "d", wall=lambda: now[0])
+
+
+def test_a_result_holds_while_nothing_is_written_to_the_store(
+    tmp_path: Path, store: Cache, device: Device
+) -> None:
+    store.put(tm.NORM, choice="vectorized", candidates=["loop", "vectorized"], heuristic="loop")
+    now = [100.0]
+    holder = _gate(tmp_path, now)
+    assert holder.take()
+    waiter = _gate(tmp_path, now)
+    assert not waiter.take() and waiter.awaited == holder.taken
+    now[0] = 101.0
+    holder.publish(["the output"], store.path, device.fingerprint)
+    holder.release()
+    assert waiter.wait(0.0)
+    found = waiter.result()
+    assert found is not None and found["output"] == ["the output"]
+    assert found["taken"]["by"] == f"{platform.node()} pid {os.getpid()}"
+    # Reading the store changes nothing; any write does, and the result no longer holds.
+    assert list(store.entries())
+    assert waiter.result() is not None
+    store.put(tm.TOTAL, choice="numpy_sum", candidates=["numpy_sum", "_pysum"])
+    assert waiter.result() is None
+    waiter.release()
+
+
+def test_a_result_of_another_command_or_from_before_this_one_came_is_not_taken(
+    tmp_path: Path, store: Cache, device: Device
+) -> None:
+    now = [100.0]
+    earlier = _gate(tmp_path, now)
+    assert earlier.take()
+    earlier.publish(["earlier"], store.path, device.fingerprint)
+    earlier.release()
+    # The lock free, a command that comes later takes it: it shares nothing.
+    now[0] = 200.0
+    later = _gate(tmp_path, now)
+    assert later.take()
+    assert later.result() is None  # written before it came, by a command it did not wait for
+    later.release()
+    # A command that waited for one holder does not take another holder's result.
+    holder = _gate(tmp_path, now)
+    assert holder.take()
+    waiter = _gate(tmp_path, now)
+    assert not waiter.take()
+    holder.taken = {"by": "someone else", "taken": 1.0}
+    now[0] = 300.0
+    holder.publish(["other"], store.path, device.fingerprint)
+    holder.release()
+    assert waiter.wait(0.0) and waiter.result() is None
+    waiter.release()
+    # Nor a result of another request.
+    (tmp_path / sharing.FOLDER / "d.json").write_text(
+        json.dumps(
+            {**json.loads((tmp_path / sharing.FOLDER / "d.json").read_text()), "digest": "e"}
+        )
+    )
+    assert waiter.result() is None
+
+
+def test_the_change_mark_counts_every_kind_of_write(store: Cache, device: Device) -> None:
+    def mark() -> tuple[object, ...]:
+        reader = CacheReader.open(store.path, device.fingerprint)
+        assert reader is not None
+        try:
+            return reader.change_mark()
+        finally:
+            reader.close()
+
+    marks = [mark()]
+    entry = store.put(tm.NORM, choice="vectorized", candidates=["loop", "vectorized"])
+    marks.append(mark())
+    store.set_status(entry, "accepted")
+    marks.append(mark())
+    store.validate(entry, model="m", fingerprint="f", verdict="masked")
+    marks.append(mark())
+    with store.run("tune"):
+        pass
+    marks.append(mark())
+    other = store.put(tm.TOTAL, choice="numpy_sum", candidates=["numpy_sum", "_pysum"])
+    marks.append(mark())
+    with sqlite3.connect(store.path) as conn:  # another tool's delete (no trigger counts it)
+        conn.execute("DELETE FROM entries WHERE id = ?", (other.id,))
+    marks.append(mark())
+    assert len(set(marks)) == len(marks), marks
+    assert mark() == marks[-1]
