@@ -14,24 +14,32 @@ the host, the CPUs the process may run on, tunecache's version, and the inode, s
 a model file named as FILE.py:ATTR. Its digest names two files: a lock
 (`tunecache.hostlock.HostLock`) that the running command holds from its start, before it imports
 anything heavy, to its end; and the result it writes when it ends with exit status 0 (its output,
-the database it tuned into and that database's `CacheReader.change_mark`). They are kept in
-`<cache root>/sessions/`, or beside the file `--db` names (`<file>.share-<digest>.lock`).
+the database it tuned into and that database's `change_mark` as its session left it, read
+before the output is printed). They are kept in `<cache root>/sessions/`, or beside the file
+`--db` names (`<file>.share-<digest>.lock`).
 
-A command that finds the lock taken says so on stderr and waits for it, at most SHARE_WAIT
-seconds (a claim's wait), with one flock call every `tunecache.hostlock.POLL` seconds. Once it
-holds the lock it takes the result if that was written after it began to wait and the database's
-change mark is still the one the result names: nothing was written to the store since, so the
-report is what the store holds. It prints that output, each JSON report's `shared_from` naming
-the command whose session it is (null in a command's own), or a line that says so above the
-text, and exits 0, having benched, tried and written nothing. Otherwise (the other command
-failed, was interrupted, or something wrote to the store since) it runs a session of its own
-while it holds the lock, so that commands still waiting share its result in turn, and what it
-waited counts against its claim wait and its --budget.
+A command that finds the lock taken says so on stderr and waits for it, at most its
+`--claim-wait` (SHARE_WAIT, a claim's wait, where not given) or its `--budget` where that is
+shorter (`wait_limit`), with one flock call every `tunecache.hostlock.POLL` seconds. Once it
+holds the lock it takes the result if there is one written after it came and the database's
+change mark is still the one the result names: nothing was written to the store after the
+other session ended, so the report is as true as that session's own. It prints that output,
+each JSON report's `shared_from` naming the command whose session it is (null in a command's
+own), or a line that says so above the text, and exits 0, having benched, tried and written
+nothing. Otherwise (the other command failed, was interrupted or killed, or something wrote to
+the store since) it runs a session of its own while it holds the lock: it removes the result
+before it (as every command that owns the lock does first, so that no command ever takes the
+result of one it did not wait for), and commands still waiting share its result in turn. A
+session whose budget ran out, or that left a key or its guard to another tuner that outlasted
+its wait, publishes nothing: the next command does what it left undone. A command whose wait
+outlasts its limit runs a session beside the other, holding no lock, and waits for that one's
+session of the model as any tuner does (so at most twice its claim wait in all).
 
 Not shared: `--alone`, `--pending`, a fleet store (TUNECACHE_URL names it, and other hosts
-write it), a folder that cannot take the lock. A model named as MODULE:ATTR is the same model
-for two commands of one environment and directory: an edit of its module between their starts
-is not seen.
+write it), a folder that cannot take the lock, a wait the tuner refuses (below 0, not a
+number). What a model runs is known by its spec: an edit of a MODULE:ATTR model's module, or of
+a module a FILE.py model imports, between two commands' starts is not seen, nor are Python's
+own flags.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
@@ -54,7 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
-__all__ = ["FOLDER", "SHARE_WAIT", "Gate", "gate", "request_digest"]
+__all__ = ["FOLDER", "SHARE_WAIT", "Gate", "change_mark", "gate", "request_digest", "wait_limit"]
 
 #: seconds a command waits for an identical one (`tunecache.tune.claims.CLAIM_WAIT`, a claim's)
 SHARE_WAIT = 600.0
@@ -122,8 +131,12 @@ def _folder(args: argparse.Namespace) -> tuple[Path, str]:
 def gate(args: argparse.Namespace) -> Gate | None:
     """The gate of the `tune` command `args` (its `argv` as given), or None where it is not
     shared: `--alone`, `--pending`, a fleet store, or a request that cannot be named (a
-    model file missing, a working directory gone, an option the command will refuse)."""
+    model file missing, a working directory gone) or has a wait the tuner will refuse (a
+    `--claim-wait` or `--budget` below 0 or not a number: the command says so as before)."""
     if args.alone or args.pending:
+        return None
+    limit = wait_limit(args.claim_wait, args.budget)
+    if limit is None:
         return None
     from tunecache.errors import TunecacheError
 
@@ -144,72 +157,87 @@ def gate(args: argparse.Namespace) -> Gate | None:
         )
     except (OSError, TunecacheError):
         return None
-    return Gate(folder / f"{prefix}{digest}.lock", folder / f"{prefix}{digest}.json", digest)
+    return Gate(folder, prefix, digest, limit)
+
+
+def wait_limit(claim_wait: float | None, budget: float | None) -> float | None:
+    """How long a command waits at the gate: its claim wait (SHARE_WAIT where not given), or
+    its budget where that is shorter; None where either is below 0 or not a number."""
+    limit = SHARE_WAIT if claim_wait is None else claim_wait
+    for value in (limit, budget):
+        if value is not None and not 0 <= value < math.inf:
+            return None
+    return limit if budget is None else min(limit, budget)
 
 
 class Gate:
-    """The lock and the result of one request (`request_digest`): `take` it, or `wait` for the
-    command that holds it and read its `result`; `publish` a result; `release` at the end."""
+    """The lock and the result of one request (`request_digest`), in `folder`, their names
+    `prefix` and the digest: `take` the lock, or `wait` for the command that holds it and read
+    its `result`; `own` it to run a session of this command's own; `publish` that session's
+    result; `release` at the end."""
 
     def __init__(
         self,
-        lock: Path,
-        result: Path,
+        folder: Path,
+        prefix: str,
         digest: str,
+        limit: float = SHARE_WAIT,
         *,
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.lock = HostLock(lock, clock)
-        self.result_path = result
-        self.digest = digest
+        self.lock = HostLock(folder / f"{prefix}{digest}.lock", clock)
+        self.result_path = folder / f"{prefix}{digest}.json"
+        self.prefix, self.digest = prefix, digest
+        #: the longest this command waits at the gate, in seconds (`wait_limit`)
+        self.limit = limit
         self._wall, self._clock = wall, clock
-        #: when this command came to the gate (wall clock: a result must be written after it)
+        #: when this command came to the gate (wall clock: a result it takes was written later)
         self.arrived = wall()
         #: seconds this command waited for another at the gate
         self.waited = 0.0
         #: whether this command holds the lock
         self.held = False
-        #: who took the lock and when: this command (`take`), or the one it waits for
-        self.taken: dict[str, Any] = {}
-        self.awaited: dict[str, Any] = {}
 
     def take(self) -> bool:
-        """Take the lock if nobody holds it (and then write in it who took it, and when);
-        whether this command holds it now. Where another holds it, who that is (`awaited`) is
-        read from the file."""
+        """Take the lock if nobody holds it, and `own` it; whether this command holds it."""
         self.held = self.lock.acquire(0.0)
         if self.held:
-            self.taken = {"by": f"{platform.node()} pid {os.getpid()}", "taken": self._wall()}
-            with contextlib.suppress(OSError):
-                self.lock.path.write_text(json.dumps(self.taken))
-        else:
-            self.awaited = self._holder()
+            self.own()
         return self.held
 
-    def _holder(self) -> dict[str, Any]:
-        """Who took the lock, and when, as its file says (empty where it says nothing yet)."""
-        try:
-            found = json.loads(self.lock.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return found if isinstance(found, dict) else {}
+    def own(self) -> None:
+        """Run a session of this command's own under the lock it holds: the result of the
+        command before goes (no command waiting behind this one may take it, whether or not
+        this one publishes), and the lock's file names this process."""
+        with contextlib.suppress(FileNotFoundError):
+            self.result_path.unlink()
+        with contextlib.suppress(OSError):
+            self.lock.path.write_text(f"{platform.node()} pid {os.getpid()}\n")
 
-    def wait(
-        self, timeout: float = SHARE_WAIT, *, sleep: Callable[[float], object] = time.sleep
-    ) -> bool:
-        """Wait for the lock, at most `timeout` seconds; whether this command holds it now."""
+    def holder(self) -> str:
+        """Who holds the lock, as its file says ("" where it does not say: the holder may not
+        have written it yet)."""
+        try:
+            return self.lock.path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return ""
+
+    def wait(self, *, sleep: Callable[[float], object] = time.sleep) -> bool:
+        """Wait for the lock, at most `limit` seconds; whether this command holds it now (then
+        read the `result`, and `own` the lock where there is none to take)."""
         start = self._clock()
         try:
-            self.held = self.lock.acquire(timeout, sleep=sleep)
+            self.held = self.lock.acquire(self.limit, sleep=sleep)
         finally:
             self.waited += self._clock() - start
         return self.held
 
     def result(self) -> dict[str, Any] | None:
-        """The result of the command this one waited for, where it can be shared: written for
-        this request by that command (or, where its lock did not say who took it, after this
-        one arrived), and the store's change mark still the one it names; None otherwise."""
+        """The result of the command that held the lock last, where it can be shared: there
+        (every command that owns the lock removes the one before), written for this request
+        after this command arrived, and the store's change mark still the one it names; None
+        otherwise."""
         try:
             found = json.loads(self.result_path.read_text())
         except (OSError, ValueError):
@@ -219,29 +247,24 @@ class Gate:
             or found.get("format") != FORMAT
             or found.get("digest") != self.digest
             or not isinstance(found.get("written"), (int, float))
+            or found["written"] < self.arrived
         ):
-            return None
-        awaited = self.awaited.get("taken") is not None
-        if found.get("taken") != self.awaited if awaited else found["written"] < self.arrived:
             return None
         mark = change_mark(Path(found["database"]), found["device"])
         if mark is None or mark != found.get("mark"):
             return None
         return found
 
-    def publish(self, output: Any, database: Path, device: str) -> None:
+    def publish(self, output: Any, database: Path, device: str, mark: list[Any]) -> None:
         """Write this command's result: its `output` (JSON-ready), the database it tuned into
-        and that database's change mark now, in a file put in place whole. Nothing is written
-        where the mark cannot be read, or the folder cannot take the file; results older than
-        KEEP seconds of other requests go."""
-        mark = change_mark(database, device)
-        if mark is None:
-            return
+        and that database's change mark as its session left it (`change_mark`, read before
+        the output was printed), in a file put in place whole; nothing where the folder cannot
+        take it. Results and parts of them older than KEEP seconds go."""
         found = {
             "format": FORMAT,
             "digest": self.digest,
             "written": self._wall(),
-            "taken": self.taken,
+            "by": f"{platform.node()} pid {os.getpid()}",
             "database": str(database),
             "device": device,
             "mark": mark,
@@ -258,15 +281,16 @@ class Gate:
         self._prune()
 
     def _prune(self) -> None:
-        """Remove the results in the cache root's folder older than KEEP seconds (the locks
-        stay: a lock file removed while another command opens it would let two hold it)."""
+        """Remove this folder's results (of any request, named as this one's are) and parts
+        of them older than KEEP seconds. The locks stay: a lock file removed while another
+        command opens it would let two commands hold it."""
         folder, now = self.result_path.parent, self._wall()
-        if folder.name != FOLDER:
-            return  # beside a --db file: nothing else there is ours
         with contextlib.suppress(OSError):
-            for path in folder.glob("*.json"):
-                if now - path.stat().st_mtime > KEEP:
-                    path.unlink()
+            for pattern in (f"{self.prefix}*.json", f"{self.prefix}*.part"):
+                for path in folder.glob(pattern):
+                    with contextlib.suppress(OSError):
+                        if now - path.stat().st_mtime > KEEP:
+                            path.unlink()
 
     def release(self) -> None:
         """Let go of the lock, where this command holds it."""

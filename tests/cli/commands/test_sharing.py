@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import select
@@ -24,6 +25,7 @@ from tunecache.cache import Cache
 from tunecache.cli import sharing
 from tunecache.cli.parser import build_parser
 from tunecache.device import Device
+from tunecache.hostlock import HostLock
 from tunecache.store.reading import CacheReader
 from tunecache.tune.claims import CLAIM_WAIT
 
@@ -83,7 +85,7 @@ def gated(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
     (the same for every command of a test: the environment is part of the request)."""
     models = tmp_path / "gated.py"
     models.write_text(GATED)
-    command = ["tune", f"{models}:GATED", "--db", str(tmp_path / "t.db"), "--json"]
+    command = ["tune", f"{models}:GATED", "--db", str(tmp_path / "t.db")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TUNECACHE_DIR": str(tmp_path / "root")}
     yield command, env
 
@@ -103,15 +105,16 @@ def _started(folder: Path) -> list[Path]:
     return sorted(folder.glob("started-*"))
 
 
-def test_an_identical_command_waits_and_reports_the_running_ones_session(
-    tmp_path: Path, gated: tuple[list[str], dict[str, str]]
-) -> None:
-    command, env = gated
+def _pair(
+    tmp_path: Path, command: list[str], env: dict[str, str], *flags: str
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str], list[str], str, str]:
+    """Two identical commands: the second started once the first runs its model, the word to
+    go given once the second waits. Both processes, what the second printed on stderr while
+    it waited, and each one's stdout."""
     first = _start(command, env)
     try:
         _until(lambda: _started(tmp_path), "the first command's model ran")
-        # The second one imports nothing heavy: -X importtime names every module it loads.
-        second = _start(command, env, "-X", "importtime")
+        second = _start(command, env, *flags)
         try:
             waiting = _line(second.stderr, "waiting to report its session")
             (tmp_path / "go").touch()
@@ -125,24 +128,54 @@ def test_an_identical_command_waits_and_reports_the_running_ones_session(
             first.kill()
     assert first.returncode == 0, err1
     assert second.returncode == 0, err2
+    return first, second, waiting + err2.splitlines(), out1, out2
+
+
+@pytest.mark.parametrize("json_output", [True, False])
+def test_an_identical_command_waits_and_reports_the_running_ones_session(
+    tmp_path: Path, gated: tuple[list[str], dict[str, str]], json_output: bool
+) -> None:
+    command, env = gated
+    command = [*command, "--json"] if json_output else command
+    # The second imports nothing heavy: -X importtime names every module it loads.
+    first, _, err2, out1, out2 = _pair(tmp_path, command, env, "-X", "importtime")
     by = f"{platform.node()} pid {first.pid}"
-    assert f"({by})" in waiting[-1]
-    own, shared = json.loads(out1), json.loads(out2)
-    assert [r["shared_from"] for r in own] == [None]
-    assert [r["shared_from"] for r in shared] == [by]
-    assert [{**r, "shared_from": None} for r in shared] == own
-    assert own[0]["keys"], "the model's heavy key is in the report"
+    assert any(f"({by}): waiting to report its session" in line for line in err2)
+    if json_output:
+        own, shared = json.loads(out1), json.loads(out2)
+        assert [r["shared_from"] for r in own] == [None]
+        assert [r["shared_from"] for r in shared] == [by]
+        assert [{**r, "shared_from": None} for r in shared] == own
+        assert own[0]["keys"], "the model's heavy key is in the report"
+    else:
+        header, _, text = out2.partition("\n")
+        assert f"the session of an identical tune command ({by})" in header
+        assert text == out1 and "final guard" in text
     # It never ran the model (one process did), nor imported the store's SQLAlchemy side.
     assert [p.name for p in _started(tmp_path)] == [f"started-{first.pid}"]
-    modules = {line.split("|")[-1].strip() for line in waiting + err2.splitlines() if "|" in line}
+    modules = {line.split("|")[-1].strip() for line in err2 if "|" in line}
     assert "tunecache.cli.sharing" in modules
     assert not {m for m in modules if m.startswith(("sqlalchemy", "alembic", "tunecache.tune"))}
+
+
+def test_a_session_cut_short_by_its_budget_is_not_shared(
+    tmp_path: Path, gated: tuple[list[str], dict[str, str]]
+) -> None:
+    # A budget of 0 s: each session profiles the model, then starts no key. The second
+    # command's own session would go as far as the first's, but that is not known: it runs.
+    command, env = gated
+    _, _, _, out1, out2 = _pair(tmp_path, [*command, "--json", "--budget", "0"], env)
+    own, theirs = json.loads(out1), json.loads(out2)
+    assert own[0]["budget_spent"] and theirs[0]["budget_spent"]
+    assert [r["shared_from"] for r in theirs] == [None]
+    assert len(_started(tmp_path)) == 2
 
 
 def test_a_command_whose_holder_is_killed_runs_a_session_of_its_own(
     tmp_path: Path, gated: tuple[list[str], dict[str, str]]
 ) -> None:
     command, env = gated
+    command = [*command, "--json"]
     first = _start(command, env)
     try:
         _until(lambda: _started(tmp_path), "the first command's model ran")
@@ -208,10 +241,26 @@ def test_the_request_is_the_command_its_directory_environment_cpus_and_model_fil
     again = sharing.gate(_args(f"{models}:M", "--db", str(tmp_path / "t.db")))
     assert gate is not None and again is not None and gate.digest != again.digest
     assert gate.lock.path.name.startswith("t.db.share-")  # beside the file --db names
+    assert gate.result_path.name == gate.lock.path.name.removesuffix(".lock") + ".json"
 
 
-def test_the_wait_is_a_claims(tmp_path: Path) -> None:
+def test_the_wait_is_a_claims_or_the_budget_and_a_wait_the_tuner_refuses_is_not_shared(
+    tmp_path: Path,
+) -> None:
     assert sharing.SHARE_WAIT == CLAIM_WAIT
+    assert sharing.wait_limit(None, None) == CLAIM_WAIT
+    assert sharing.wait_limit(5.0, None) == 5.0
+    assert sharing.wait_limit(None, 30.0) == 30.0
+    assert sharing.wait_limit(60.0, 30.0) == 30.0
+    assert sharing.wait_limit(0.0, None) == 0.0
+    for bad in ((-1.0, None), (math.nan, None), (math.inf, None), (None, -1.0), (None, math.nan)):
+        assert sharing.wait_limit(*bad) is None, bad
+    db = str(tmp_path / "t.db")
+    found = sharing.gate(_args("m:M", "--db", db, "--budget", "3"))
+    assert found is not None and found.limit == 3.0
+    # The tuner refuses these as it always has: the command is not shared first.
+    assert sharing.gate(_args("m:M", "--db", db, "--claim-wait", "-1")) is None
+    assert sharing.gate(_args("m:M", "--db", db, "--budget", "nan")) is None
 
 
 @pytest.fixture
@@ -221,8 +270,14 @@ def store(tmp_path: Path, device: Device) -> Iterator[Cache]:
 
 
 def _gate(tmp_path: Path, now: list[float]) -> sharing.Gate:
-    folder = tmp_path / sharing.FOLDER
-    return sharing.Gate(folder / "d.lock", folder / "d.json", "d", wall=lambda: now[0])
+    """A gate of the request "d" whose wall clock is `now[0]`, that waits not at all."""
+    return sharing.Gate(tmp_path / sharing.FOLDER, "", "d", 0.0, wall=lambda: now[0])
+
+
+def _publish(gate: sharing.Gate, store: Cache, device: Device, output: object) -> None:
+    mark = sharing.change_mark(store.path, device.fingerprint)
+    assert mark is not None
+    gate.publish(output, store.path, device.fingerprint, mark)
 
 
 def test_a_result_holds_while_nothing_is_written_to_the_store(
@@ -233,14 +288,15 @@ def test_a_result_holds_while_nothing_is_written_to_the_store(
     holder = _gate(tmp_path, now)
     assert holder.take()
     waiter = _gate(tmp_path, now)
-    assert not waiter.take() and waiter.awaited == holder.taken
+    assert not waiter.take()
+    assert waiter.holder() == f"{platform.node()} pid {os.getpid()}"
     now[0] = 101.0
-    holder.publish(["the output"], store.path, device.fingerprint)
+    _publish(holder, store, device, ["the output"])
     holder.release()
-    assert waiter.wait(0.0)
+    assert waiter.wait()
     found = waiter.result()
     assert found is not None and found["output"] == ["the output"]
-    assert found["taken"]["by"] == f"{platform.node()} pid {os.getpid()}"
+    assert found["by"] == f"{platform.node()} pid {os.getpid()}"
     # Reading the store changes nothing; any write does, and the result no longer holds.
     assert list(store.entries())
     assert waiter.result() is not None
@@ -249,38 +305,72 @@ def test_a_result_holds_while_nothing_is_written_to_the_store(
     waiter.release()
 
 
-def test_a_result_of_another_command_or_from_before_this_one_came_is_not_taken(
+def test_commands_behind_one_that_ran_its_own_session_share_that_one(
+    tmp_path: Path, store: Cache, device: Device
+) -> None:
+    now = [100.0]
+    first, second, third = (_gate(tmp_path, now) for _ in range(3))
+    assert first.take() and not second.take() and not third.take()
+    first.release()  # it failed: nothing published
+    now[0] = 110.0
+    assert second.wait() and second.result() is None
+    second.own()  # its own session, then its result
+    store.put(tm.NORM, choice="vectorized", candidates=["loop", "vectorized"])
+    _publish(second, store, device, ["second's"])
+    second.release()
+    assert third.wait()
+    found = third.result()
+    assert found is not None and found["output"] == ["second's"]
+    third.release()
+
+
+def test_a_result_from_before_a_command_came_is_never_taken(
     tmp_path: Path, store: Cache, device: Device
 ) -> None:
     now = [100.0]
     earlier = _gate(tmp_path, now)
     assert earlier.take()
-    earlier.publish(["earlier"], store.path, device.fingerprint)
+    _publish(earlier, store, device, ["yesterday's"])
     earlier.release()
-    # The lock free, a command that comes later takes it: it shares nothing.
-    now[0] = 200.0
+    now[0] = 100_000.0
+    # A command that comes later and finds the lock free takes it: its own session.
     later = _gate(tmp_path, now)
     assert later.take()
-    assert later.result() is None  # written before it came, by a command it did not wait for
+    assert not later.result_path.exists()  # owning the lock removed the result before it
     later.release()
-    # A command that waited for one holder does not take another holder's result.
-    holder = _gate(tmp_path, now)
-    assert holder.take()
+    # One that waits for a holder that fails before it owns the lock (between its flock and
+    # its removal of the result, as one killed there) finds the old result, and leaves it.
+    now[0] = 100.0
+    _publish(earlier, store, device, ["yesterday's"])
+    now[0] = 100_000.0
+    holder = HostLock(later.lock.path)
+    assert holder.acquire(0.0)
     waiter = _gate(tmp_path, now)
     assert not waiter.take()
-    holder.taken = {"by": "someone else", "taken": 1.0}
-    now[0] = 300.0
-    holder.publish(["other"], store.path, device.fingerprint)
     holder.release()
-    assert waiter.wait(0.0) and waiter.result() is None
-    waiter.release()
-    # Nor a result of another request.
-    (tmp_path / sharing.FOLDER / "d.json").write_text(
-        json.dumps(
-            {**json.loads((tmp_path / sharing.FOLDER / "d.json").read_text()), "digest": "e"}
-        )
-    )
+    assert waiter.wait() and waiter.result() is None
+    # Nor a result of another request, however recent.
+    path = waiter.result_path
+    path.write_text(json.dumps({**json.loads(path.read_text()), "digest": "e", "written": 1e9}))
     assert waiter.result() is None
+    waiter.release()
+
+
+def test_results_and_their_parts_go_after_a_day_and_locks_stay(
+    tmp_path: Path, store: Cache, device: Device
+) -> None:
+    folder = tmp_path / sharing.FOLDER
+    folder.mkdir()
+    old = [folder / "old.json", folder / "old.json.123.part", folder / "old.lock"]
+    for path in old:
+        path.write_text("x")
+        os.utime(path, (1.0, 1.0))
+    now = [sharing.KEEP + 1000.0]
+    gate = _gate(tmp_path, now)
+    assert gate.take()
+    _publish(gate, store, device, [])
+    assert sorted(p.name for p in folder.iterdir()) == ["d.json", "d.lock", "old.lock"]
+    gate.release()
 
 
 def test_the_change_mark_counts_every_kind_of_write(store: Cache, device: Device) -> None:

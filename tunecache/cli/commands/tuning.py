@@ -165,18 +165,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return _tune(args, None)
     try:
         if not gate.take():
-            by = gate.awaited.get("by")
+            by = gate.holder()
             print(
                 f"tunecache: an identical tune command runs on this host"
                 f"{f' ({by})' if by else ''}: waiting to report its session (--alone: not)",
                 file=sys.stderr,
             )
-            wait = args.claim_wait if args.claim_wait is not None else sharing.SHARE_WAIT
-            if gate.wait(wait):
+            if gate.wait():
                 found = gate.result()
                 if found is not None:
                     _emit_shared(args, found)
                     return 0
+                gate.own()
         return _tune(args, gate)
     finally:
         gate.release()
@@ -184,36 +184,39 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace, gate: sharing.Gate | None) -> int:
     """Tune the models of `args` in a session of this command's own; where it holds the
-    `gate` of its request, publish its output for the identical commands waiting there."""
+    `gate` of its request, publish its output for the identical commands waiting there (a
+    command whose wait outlasted the gate's limit holds none, and tunes beside the other,
+    whose session it then waits for as any tuner would)."""
     from tunecache import tune
 
     models = [m for spec in args.model for m in _load_models(spec)]
     roots = spec_roots(args.model)
-    options = _tune_kwargs(args)
-    if gate is not None and gate.waited:
-        # What this command waited at the gate counts against its own waits and budget.
-        from tunecache.tune.claims import CLAIM_WAIT
-
-        wait = options.get("claim_wait", CLAIM_WAIT)
-        options["claim_wait"] = max(0.0, wait - gate.waited)
-        if "budget" in options:
-            options["budget"] = max(0.0, options["budget"] - gate.waited)
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
         for model in models:
             try:
                 with user_code(f"model {model.name!r}", roots):
-                    report = tune.tune(model, cache=cache, progress=progress, **options)
+                    report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
             except tune.TuneInterrupted as stop:
                 reports.append(stop.report)
                 _emit_tune(args, reports)
                 raise
             reports.append(report)
+        shared = gate is not None and gate.held and _complete(reports)
+        # The mark as the session left the store, before anything is printed (a pipe may hold
+        # the output up while another process writes).
+        mark = sharing.change_mark(cache.path, cache.device.fingerprint) if shared else None
         database, device = cache.path, cache.device.fingerprint
     _emit_tune(args, reports)
-    if gate is not None and gate.held:
-        gate.publish(_output(args, reports), database, device)
+    if gate is not None and mark is not None:
+        gate.publish(_output(args, reports), database, device, mark)
     return 0
+
+
+def _complete(reports: list[Any]) -> bool:
+    """Whether reports can be shared: every session did all it would have done, whoever ran
+    it (no budget ran out, no key or guard left to another tuner that outlasted the wait)."""
+    return not any(r.budget_spent or r.guard_left_to or r.count("skipped") for r in reports)
 
 
 def _emit_tune(args: argparse.Namespace, reports: list[Any]) -> None:
@@ -243,7 +246,7 @@ def _emit_shared(args: argparse.Namespace, found: dict[str, Any]) -> None:
     """Print the output of the identical command whose session this one shares (`found`, its
     result): the JSON reports with `shared_from` naming it, or its text under a line saying
     whose it is."""
-    by = found["taken"].get("by", "another process") if found.get("taken") else "another process"
+    by = found.get("by") or "another process"
     output = found["output"]
     if args.json:
         render.print_json([{**report, "shared_from": by} for report in output])
