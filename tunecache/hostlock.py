@@ -40,11 +40,18 @@ class HostLock:
     waits at most a deadline, and `release` lets go of what `acquire` took. A process that
     dies holding it lets go with its descriptor, and a forked child closes its inherited copy.
     Where the folder cannot take the file, the lock is taken without one (nothing is waited
-    for).
+    for). With `removed`, the holder removes the file as it lets go (still holding it), and a
+    lock taken on a file removed meanwhile is taken again on the one in its place (its device
+    and inode say which): a lock whose file names a request rather than a model leaves no file
+    behind.
     """
 
-    def __init__(self, path: Path, timer: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, path: Path, timer: Callable[[], float] = time.monotonic, *, removed: bool = False
+    ) -> None:
         self.path = path
+        #: whether the file goes when the lock is let go of
+        self.removed = removed
         #: the clock `waited` is measured on (a session's own, so its waits add up)
         self.timer = timer
         self._fd: int | None = None
@@ -94,6 +101,28 @@ class HostLock:
     def _take(
         self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
     ) -> bool:
+        start = self.timer()
+        while True:
+            left = None if timeout is None else max(0.0, timeout - (self.timer() - start))
+            if not self._take_once(left, sleep):
+                return False
+            if self._fd is None or not self.removed or self._current():
+                return True
+            # Taken on a file its last holder removed: let go of it, and wait for the new one.
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def _current(self) -> bool:
+        """Whether the descriptor held is the file that `path` names now."""
+        assert self._fd is not None
+        held = os.fstat(self._fd)
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+    def _take_once(self, timeout: float | None, sleep: Callable[[float], object]) -> bool:
         fd = self._open()
         if fd is None:
             return True  # nowhere to keep it: held without one
@@ -163,6 +192,11 @@ class HostLock:
     def _drop(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
+            if self.removed:
+                # Still held: nobody else has this file, and whoever opens the name next makes
+                # a new one (and whoever waits on this one takes it again on that).
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
             os.close(fd)  # closing the descriptor lets go of its flock
 
     def _forked(self) -> None:

@@ -16,7 +16,8 @@ a model file named as FILE.py:ATTR. Its digest names two files: a lock
 anything heavy, to its end; and the result it writes when it ends with exit status 0 (its output,
 the database it tuned into and that database's `change_mark` as its session left it, read
 before the output is printed). They are kept in `<cache root>/sessions/`, or beside the file
-`--db` names (`<file>.share-<digest>.lock`).
+`--db` names (`<file>.share-<digest>.lock`). The holder removes the lock's file as it lets go
+(`HostLock(removed=True)`); a result stays a day.
 
 A command that finds the lock taken says so on stderr and waits for it, at most its
 `--claim-wait` (SHARE_WAIT, a claim's wait, where not given) or its `--budget` where that is
@@ -35,11 +36,12 @@ its wait, publishes nothing: the next command does what it left undone. A comman
 outlasts its limit runs a session beside the other, holding no lock, and waits for that one's
 session of the model as any tuner does (so at most twice its claim wait in all).
 
-Not shared: `--alone`, `--pending`, a fleet store (TUNECACHE_URL names it, and other hosts
-write it), a folder that cannot take the lock, a wait the tuner refuses (below 0, not a
-number). What a model runs is known by its spec: an edit of a MODULE:ATTR model's module, or of
-a module a FILE.py model imports, between two commands' starts is not seen, nor are Python's
-own flags.
+Not shared: `--alone`, `--pending`, a fleet store (TUNECACHE_URL names it, and other hosts write
+it), a folder that cannot take the lock or a `--db` file's folder not made yet, a wait of 0 s or
+one the tuner refuses (below 0, not a number). Only stdout is shared, not the holder's warnings
+on stderr. A waiter that runs its own session has its wait taken off its first model's --budget.
+What a model runs is known by its spec: an edit of a MODULE:ATTR model's module, or of a module
+a FILE.py model imports, between two commands' starts is not seen, nor are Python's own flags.
 """
 
 from __future__ import annotations
@@ -130,14 +132,16 @@ def _folder(args: argparse.Namespace) -> tuple[Path, str]:
 
 def gate(args: argparse.Namespace) -> Gate | None:
     """The gate of the `tune` command `args` (its `argv` as given), or None where it is not
-    shared: `--alone`, `--pending`, a fleet store, or a request that cannot be named (a
-    model file missing, a working directory gone) or has a wait the tuner will refuse (a
-    `--claim-wait` or `--budget` below 0 or not a number: the command says so as before)."""
+    shared: `--alone`, `--pending`, a fleet store, a wait of 0 s, or one the tuner will
+    refuse (a `--claim-wait` or `--budget` below 0 or not a number: the command says so as
+    before), a request that cannot be named (a model file missing, a working directory gone),
+    or a `--db` file whose folder is not there yet (nothing is made before the command
+    runs)."""
     if args.alone or args.pending:
         return None
     limit = wait_limit(args.claim_wait, args.budget)
-    if limit is None:
-        return None
+    if not limit:
+        return None  # no wait: nothing to share
     from tunecache.errors import TunecacheError
 
     try:
@@ -147,6 +151,8 @@ def gate(args: argparse.Namespace) -> Gate | None:
             if from_environment() is not None:
                 return None
         folder, prefix = _folder(args)
+        if prefix and not folder.is_dir():
+            return None
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         digest = request_digest(
             args.argv,
@@ -186,7 +192,7 @@ class Gate:
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.lock = HostLock(folder / f"{prefix}{digest}.lock", clock)
+        self.lock = HostLock(folder / f"{prefix}{digest}.lock", clock, removed=True)
         self.result_path = folder / f"{prefix}{digest}.json"
         self.prefix, self.digest = prefix, digest
         #: the longest this command waits at the gate, in seconds (`wait_limit`)
@@ -210,7 +216,7 @@ class Gate:
         """Run a session of this command's own under the lock it holds: the result of the
         command before goes (no command waiting behind this one may take it, whether or not
         this one publishes), and the lock's file names this process."""
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             self.result_path.unlink()
         with contextlib.suppress(OSError):
             self.lock.path.write_text(f"{platform.node()} pid {os.getpid()}\n")
@@ -248,6 +254,9 @@ class Gate:
             or found.get("digest") != self.digest
             or not isinstance(found.get("written"), (int, float))
             or found["written"] < self.arrived
+            or not all(isinstance(found.get(k), str) for k in ("database", "device", "by"))
+            or not isinstance(found.get("mark"), list)
+            or "output" not in found
         ):
             return None
         mark = change_mark(Path(found["database"]), found["device"])
@@ -302,11 +311,16 @@ class Gate:
 def change_mark(database: Path, device: str) -> list[Any] | None:
     """The database's `CacheReader.change_mark` as JSON has it, or None where it cannot be read
     without the store (no file, another revision, an error)."""
+    import warnings
+
     from tunecache.errors import TunecacheError
     from tunecache.store.reading import CacheReader
 
     try:
-        reader = CacheReader.open(database, device)
+        with warnings.catch_warnings():
+            # A damaged schema's warning: the session, or the store, says it once.
+            warnings.simplefilter("ignore")
+            reader = CacheReader.open(database, device)
         if reader is None:
             return None
         with contextlib.closing(reader):

@@ -9,11 +9,12 @@ import json
 import math
 import os
 import platform
-import select
+import queue
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +24,13 @@ import pytest
 from tests import tune_models as tm
 from tunecache.cache import Cache
 from tunecache.cli import sharing
+from tunecache.cli.commands import tuning
 from tunecache.cli.parser import build_parser
 from tunecache.device import Device
 from tunecache.hostlock import HostLock
 from tunecache.store.reading import CacheReader
 from tunecache.tune.claims import CLAIM_WAIT
+from tunecache.tune.reports import KeyOutcome, TuneReport
 
 ROOT = Path(tm.__file__).resolve().parent.parent
 
@@ -53,7 +56,13 @@ def gated():
     return tm.scorer()
 
 
+def raises():
+    gated()
+    raise ValueError("the user's own error")
+
+
 GATED = Model("gated", gated)
+RAISES = Model("raises", raises)
 """
 
 
@@ -65,18 +74,57 @@ def _until(found: object, what: str, deadline: float = 120.0) -> None:
         time.sleep(0.01)
 
 
-def _line(stream: object, text: str, deadline: float = 120.0) -> list[str]:
-    """Read `stream` (a child's stderr) line by line until a line holds `text`; the lines."""
-    seen: list[str] = []
-    end = time.monotonic() + deadline
-    while not seen or text not in seen[-1]:
-        left = end - time.monotonic()
-        assert left > 0, f"never printed {text!r}: {seen[-20:]}"
-        readable, _, _ = select.select([stream], [], [], left)
-        line = stream.readline() if readable else ""  # type: ignore[attr-defined]
-        assert line, f"the child ended before printing {text!r}: {seen[-20:]}"
-        seen.append(line)
-    return seen
+class Child:
+    """`python FLAGS -m tunecache COMMAND` as a real process: its stderr read line by line by
+    a thread of its own (so that a line is seen as soon as it is printed, however many come
+    before it), its stdout at the end."""
+
+    def __init__(self, command: list[str], env: dict[str, str], *flags: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, *flags, "-m", "tunecache", *command],
+            env=env,
+            cwd=env["PYTHONPATH"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = self.process.pid
+        self.err: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.err.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def said(self, text: str, deadline: float = 120.0) -> str:
+        """Wait until the child prints a line on stderr that holds `text`; that line."""
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"never printed {text!r}: {self.err[-20:]}") from None
+            assert line is not None, f"ended before printing {text!r}: {self.err[-20:]}"
+            if text in line:
+                return line
+
+    def end(self) -> tuple[int, str]:
+        """Wait for the child's exit: its status and its stdout (its stderr is `err`)."""
+        assert self.process.stdout is not None
+        out = self.process.stdout.read()
+        code = self.process.wait(timeout=120)
+        self._reader.join(timeout=120)
+        return code, out
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 @pytest.fixture
@@ -90,45 +138,29 @@ def gated(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
     yield command, env
 
 
-def _start(command: list[str], env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, *flags, "-m", "tunecache", *command],
-        env=env,
-        cwd=env["PYTHONPATH"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def _started(folder: Path) -> list[Path]:
     return sorted(folder.glob("started-*"))
 
 
 def _pair(
     tmp_path: Path, command: list[str], env: dict[str, str], *flags: str
-) -> tuple[subprocess.Popen[str], subprocess.Popen[str], list[str], str, str]:
+) -> tuple[Child, Child, tuple[int, str], tuple[int, str]]:
     """Two identical commands: the second started once the first runs its model, the word to
-    go given once the second waits. Both processes, what the second printed on stderr while
-    it waited, and each one's stdout."""
-    first = _start(command, env)
+    go given once the second waits. Both children, and each one's exit status and stdout."""
+    first = Child(command, env)
     try:
         _until(lambda: _started(tmp_path), "the first command's model ran")
-        second = _start(command, env, *flags)
+        second = Child(command, env, *flags)
         try:
-            waiting = _line(second.stderr, "waiting to report its session")
+            second.said("waiting to report its session")
             (tmp_path / "go").touch()
-            out2, err2 = second.communicate(timeout=120)
+            ended2 = second.end()
         finally:
-            if second.poll() is None:
-                second.kill()
-        out1, err1 = first.communicate(timeout=120)
+            second.kill()
+        ended1 = first.end()
     finally:
-        if first.poll() is None:
-            first.kill()
-    assert first.returncode == 0, err1
-    assert second.returncode == 0, err2
-    return first, second, waiting + err2.splitlines(), out1, out2
+        first.kill()
+    return first, second, ended1, ended2
 
 
 @pytest.mark.parametrize("json_output", [True, False])
@@ -138,9 +170,10 @@ def test_an_identical_command_waits_and_reports_the_running_ones_session(
     command, env = gated
     command = [*command, "--json"] if json_output else command
     # The second imports nothing heavy: -X importtime names every module it loads.
-    first, _, err2, out1, out2 = _pair(tmp_path, command, env, "-X", "importtime")
+    first, second, (code1, out1), (code2, out2) = _pair(tmp_path, command, env, "-X", "importtime")
+    assert (code1, code2) == (0, 0), (first.err[-5:], second.err[-5:])
     by = f"{platform.node()} pid {first.pid}"
-    assert any(f"({by}): waiting to report its session" in line for line in err2)
+    assert any(f"({by}): waiting to report its session" in line for line in second.err)
     if json_output:
         own, shared = json.loads(out1), json.loads(out2)
         assert [r["shared_from"] for r in own] == [None]
@@ -153,22 +186,25 @@ def test_an_identical_command_waits_and_reports_the_running_ones_session(
         assert text == out1 and "final guard" in text
     # It never ran the model (one process did), nor imported the store's SQLAlchemy side.
     assert [p.name for p in _started(tmp_path)] == [f"started-{first.pid}"]
-    modules = {line.split("|")[-1].strip() for line in err2 if "|" in line}
+    modules = {line.split("|")[-1].strip() for line in second.err if "|" in line}
     assert "tunecache.cli.sharing" in modules
     assert not {m for m in modules if m.startswith(("sqlalchemy", "alembic", "tunecache.tune"))}
+    # The lock's file goes with its last holder; the result stays for later waiters.
+    assert not list(tmp_path.glob("t.db.share-*.lock"))
+    assert len(list(tmp_path.glob("t.db.share-*.json"))) == 1
 
 
-def test_a_session_cut_short_by_its_budget_is_not_shared(
+def test_a_waiter_behind_a_model_that_raises_runs_it_and_reports_it_as_the_users(
     tmp_path: Path, gated: tuple[list[str], dict[str, str]]
 ) -> None:
-    # A budget of 0 s: each session profiles the model, then starts no key. The second
-    # command's own session would go as far as the first's, but that is not known: it runs.
     command, env = gated
-    _, _, _, out1, out2 = _pair(tmp_path, [*command, "--json", "--budget", "0"], env)
-    own, theirs = json.loads(out1), json.loads(out2)
-    assert own[0]["budget_spent"] and theirs[0]["budget_spent"]
-    assert [r["shared_from"] for r in theirs] == [None]
-    assert len(_started(tmp_path)) == 2
+    command = [command[0], command[1].replace(":GATED", ":RAISES"), *command[2:]]
+    first, second, (code1, _), (code2, _) = _pair(tmp_path, command, env)
+    assert code1 == code2 == 9
+    for child in (first, second):
+        assert any("raised ValueError: the user's own error" in line for line in child.err)
+    assert len(_started(tmp_path)) == 2  # the second ran the model itself
+    assert not list(tmp_path.glob("t.db.share-*.json"))  # nothing to share, ever
 
 
 def test_a_command_whose_holder_is_killed_runs_a_session_of_its_own(
@@ -176,27 +212,40 @@ def test_a_command_whose_holder_is_killed_runs_a_session_of_its_own(
 ) -> None:
     command, env = gated
     command = [*command, "--json"]
-    first = _start(command, env)
+    first = Child(command, env)
     try:
         _until(lambda: _started(tmp_path), "the first command's model ran")
-        second = _start(command, env)
+        second = Child(command, env)
         try:
-            _line(second.stderr, "waiting to report its session")
-            first.send_signal(signal.SIGKILL)
-            first.wait(timeout=60)
+            second.said("waiting to report its session")
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait(timeout=60)
             (tmp_path / "go").touch()
-            out, err = second.communicate(timeout=120)
+            code, out = second.end()
         finally:
-            if second.poll() is None:
-                second.kill()
+            second.kill()
     finally:
-        if first.poll() is None:
-            first.kill()
-    assert second.returncode == 0, err
+        first.kill()
+    assert code == 0, second.err[-5:]
     (report,) = json.loads(out)
     assert report["shared_from"] is None
     assert len(_started(tmp_path)) == 2  # it ran the model itself
-    assert {k["action"] for k in report["keys"]} <= {"accepted", "rejected", "kept"}
+    assert report["keys"] and report["run_id"] is not None
+
+
+def test_what_a_session_leaves_undone_is_not_shared() -> None:
+    def report(**more: object) -> TuneReport:
+        fields = {"model": "m", "fingerprint": "f", "run_id": 1, "scenarios": ("-",),
+                  "keys": (), "screened": 0, "guard": None, "kept": (), "masked": (),
+                  "seconds": 1.0}  # fmt: skip
+        return TuneReport(**{**fields, **more})  # type: ignore[arg-type]
+
+    skipped = KeyOutcome("k", "skipped", 0.5, "-", "loop", "loop")
+    kept = KeyOutcome("k", "kept", 0.5, "-", "loop", "loop")
+    assert tuning.complete([report(), report(keys=(kept,))])
+    assert not tuning.complete([report(), report(budget_spent=True)])
+    assert not tuning.complete([report(guard_left_to="vm pid 1")])
+    assert not tuning.complete([report(keys=(kept, skipped))])
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -399,3 +448,37 @@ def test_the_change_mark_counts_every_kind_of_write(store: Cache, device: Device
     marks.append(mark())
     assert len(set(marks)) == len(marks), marks
     assert mark() == marks[-1]
+
+
+def test_a_lock_whose_file_goes_with_its_holder_is_taken_again_on_the_new_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "request.lock"
+    first, second, third = (HostLock(path, removed=True) for _ in range(3))
+    assert first.acquire(0.0)
+    looking = threading.Event()
+
+    def sleep(seconds: float) -> None:
+        looking.set()  # the second waits on the first one's file
+        time.sleep(seconds)
+
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(second.acquire(60.0, sleep=sleep)))
+    waiter.start()
+    assert looking.wait(60)
+    first.release()  # removes the file, then lets go: the second's flock is on a removed file
+    waiter.join(60)
+    assert got == [True]
+    assert path.exists()  # the one the second made in its place, and holds
+    assert not third.acquire(0.0)  # one holder at a time on the new file too
+    second.release()
+    assert not path.exists()
+    assert third.acquire(0.0)
+    third.release()
+
+
+def test_no_gate_without_a_wait_or_before_a_db_files_folder_exists(tmp_path: Path) -> None:
+    assert sharing.gate(_args("m:M", "--db", str(tmp_path / "t.db"), "--claim-wait", "0")) is None
+    assert sharing.gate(_args("m:M", "--db", str(tmp_path / "t.db"), "--budget", "0")) is None
+    assert sharing.gate(_args("m:M", "--db", str(tmp_path / "new" / "t.db"))) is None
+    assert not (tmp_path / "new").exists()

@@ -19,7 +19,7 @@ from tunecache.errors import BadArgumentError
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["cmd_tune", "cmd_demo", "cmd_evaluate"]
+__all__ = ["cmd_tune", "cmd_demo", "cmd_evaluate", "complete"]
 
 
 def _load_models(spec: str) -> list[Any]:
@@ -186,23 +186,28 @@ def _tune(args: argparse.Namespace, gate: sharing.Gate | None) -> int:
     """Tune the models of `args` in a session of this command's own; where it holds the
     `gate` of its request, publish its output for the identical commands waiting there (a
     command whose wait outlasted the gate's limit holds none, and tunes beside the other,
-    whose session it then waits for as any tuner would)."""
+    whose session it then waits for as any tuner would). What it waited at the gate is taken
+    off the first model's --budget."""
     from tunecache import tune
 
     models = [m for spec in args.model for m in _load_models(spec)]
     roots = spec_roots(args.model)
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
-        for model in models:
+        for number, model in enumerate(models):
+            options = _tune_kwargs(args)
+            if number == 0 and gate is not None and "budget" in options:
+                # The wait at the gate was the first session's, as a wait inside it would be.
+                options["budget"] = max(0.0, options["budget"] - gate.waited)
             try:
                 with user_code(f"model {model.name!r}", roots):
-                    report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
+                    report = tune.tune(model, cache=cache, progress=progress, **options)
             except tune.TuneInterrupted as stop:
                 reports.append(stop.report)
                 _emit_tune(args, reports)
                 raise
             reports.append(report)
-        shared = gate is not None and gate.held and _complete(reports)
+        shared = gate is not None and gate.held and complete(reports)
         # The mark as the session left the store, before anything is printed (a pipe may hold
         # the output up while another process writes).
         mark = sharing.change_mark(cache.path, cache.device.fingerprint) if shared else None
@@ -213,7 +218,7 @@ def _tune(args: argparse.Namespace, gate: sharing.Gate | None) -> int:
     return 0
 
 
-def _complete(reports: list[Any]) -> bool:
+def complete(reports: list[Any]) -> bool:
     """Whether reports can be shared: every session did all it would have done, whoever ran
     it (no budget ran out, no key or guard left to another tuner that outlasted the wait)."""
     return not any(r.budget_spent or r.guard_left_to or r.count("skipped") for r in reports)
