@@ -7,6 +7,8 @@ wall time of N tuners at once against one alone, and every report agreeing with 
                                                                   # schema per run, dropped after)
     python tools/bench_tuners.py --model ATTENTION --tuners 2 4   # the other example model
     python tools/bench_tuners.py --model ATTENTIONx10 --tuners 2 4  # in the issue's regime
+    python tools/bench_tuners.py --tuners 2 4 -- --alone    # no tuner shares another's session:
+                                                           # claims and the session lock alone
 
 The example models tune in 1-2 s alone, a third of which is what any tuner process pays
 (interpreter, imports, opening the store); `NAMEx10` is the example model NAME with each run ten
@@ -14,8 +16,11 @@ of its runs (same keys, same shares), whose tuning alone takes about 11 s, as th
 did, and where that fixed cost is a few per cent.
 
 Each run starts N `tunecache tune MODEL --json` processes at once on a fresh cache and waits
-for all of them. A key a report says was benched (`bench_stopped` other than "stored") counts
-one bench for that tuner; the counts of all the tuners of a run are summed per key (target: 1
+for all of them. Identical commands share one session (`tunecache.cli.sharing`): one tunes,
+the others wait for it and print its reports, each with `shared_from` naming it; `-- --alone`
+gives each tuner a session of its own, where claims keep keys from being benched twice. A key
+a report of a session's own says was benched (`bench_stopped` other than "stored") counts one
+bench for that tuner; the counts of all the tuners of a run are summed per key (target: 1
 each). The wall time runs from the first start to the last exit, and is printed against the
 alone run measured in the same repetition, side by side (target: at most 1.3x); beside it, the
 wall time of one more tuner on the finished cache, with nothing left to tune: what each of the
@@ -216,7 +221,8 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
                 served = _served(attr, root, store, report)
                 for outcome in report["keys"]:
                     heavy.add(outcome["key"])
-                    if outcome["bench_stopped"] not in (None, "stored"):
+                    # A shared report is another tuner's session: its benches are that one's.
+                    if outcome["bench_stopped"] not in (None, "stored") and not _shared(report):
                         benched[outcome["key"]] += 1
                     disagree.extend(_disagreement(report, outcome, stored, served))
             # Then one more tuner on the finished cache, alone: what every tuner pays with
@@ -225,16 +231,23 @@ def one_run(n: int, attr: str, url: str | None, extra: list[str]) -> dict[str, A
         finally:
             if schema is not None and url is not None:
                 _schema(url, schema, "DROP SCHEMA IF EXISTS {schema} CASCADE")
+    own = [r for r in result["reports"] if not _shared(r)]
     return {
         "wall": result["wall"],
         "benched": {key: benched[key] for key in sorted(heavy)},
         "disagree": disagree,
-        "actions": Counter(o["action"] for r in result["reports"] for o in r["keys"]),
-        "seconds": [round(r["seconds"], 2) for r in result["reports"]],
-        "waited": [round(r.get("waited", 0.0), 2) for r in result["reports"]],
+        "actions": Counter(o["action"] for r in own for o in r["keys"]),
+        "shared": len(result["reports"]) - len(own),
+        "seconds": [round(r["seconds"], 2) for r in own],
+        "waited": [round(r.get("waited", 0.0), 2) for r in own],
         "idle": idle["wall"],
         "idle_work": _work(idle["reports"]),
     }
+
+
+def _shared(report: dict[str, Any]) -> bool:
+    """Whether a report is another tuner's session, shared by an identical command."""
+    return bool(report.get("shared_from"))
 
 
 def _work(reports: list[dict[str, Any]]) -> str:
@@ -280,8 +293,9 @@ def main() -> None:
             agree = "yes" if not run["disagree"] else f"NO {run['disagree']}"
             print(f"{n:>6} {run['wall']:>7.2f} {run['wall'] / alone:>7.2f} {most:>15}  {agree}")
             print(f"{'':>6} benches per heavy key: {', '.join(map(str, counts.values()))}")
-            print(f"{'':>6} actions in all reports: {dict(run['actions'])}")
-            print(f"{'':>6} each session's own seconds: {run['seconds']}")
+            print(f"{'':>6} actions in the sessions' own reports: {dict(run['actions'])}")
+            print(f"{'':>6} reports that shared an identical tuner's session: {run['shared']}")
+            print(f"{'':>6} each own session's seconds: {run['seconds']}")
             print(f"{'':>6}   of which waiting for other tuners: {run['waited']}")
             idle = f"{run['idle']:.2f} s ({run['idle_work']})"
             print(f"{'':>6} one more tuner on the finished cache: {idle}")

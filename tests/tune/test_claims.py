@@ -34,9 +34,10 @@ from tunecache.cache import Cache
 from tunecache.cli.options import TUNE, add_options, option_values
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError
+from tunecache.hostlock import POLL, HostLock
 from tunecache.resolve import Table
 from tunecache.tune.claims import Claims, Holder, pid_alive
-from tunecache.tune.measuring import POLL, HostLock, MeasureLock
+from tunecache.tune.measuring import MeasureLock
 from tunecache.tune.options import TUNE_OPTIONS
 
 KEY = NORM.text

@@ -20,8 +20,9 @@ from tests.tune.claims_child import benches, spawn, tune_at_once
 from tests.tune.support import Clock, claims_on, epoch_clock, lock_seen, scripted
 from tunecache.cache import Cache
 from tunecache.dispatch import Profile
+from tunecache.hostlock import POLL
 from tunecache.tune.claims import Claims, session_key
-from tunecache.tune.measuring import POLL, MeasureLock, session_lock
+from tunecache.tune.measuring import MeasureLock, session_lock
 from tunecache.tune.model import Model
 from tunecache.tune.options import session_options
 from tunecache.tune.profiling import wall_profile

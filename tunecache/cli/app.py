@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _paths_as_bytes()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    args.argv = tuple(argv)  # as given: identical `tune` commands share a session (sharing)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         with warnings.catch_warnings():

@@ -319,6 +319,12 @@ TUNE_MODELS = (
         action="store_true",
         help="bench this device's pending keys instead (tunecache pending lists them)",
     ),
+    option(
+        "--alone",
+        action="store_true",
+        help="run a session of its own even while an identical tune command runs on this host "
+        "(default: wait for that one and report its session)",
+    ),
 )
 
 EVALUATE_MODELS = (

@@ -48,13 +48,13 @@ __all__ = [
 Progress = Callable[[str, int, int], None]
 
 
-def console(*, stderr: bool = False) -> Console:
-    """A rich console on stdout (or stderr); off a terminal, wide and without colour, so
-    piped output is greppable rather than wrapped at 80 columns."""
+def console(*, stderr: bool = False, file: TextIO | None = None) -> Console:
+    """A rich console on stdout (or stderr, or `file`); off a terminal, wide and without
+    colour, so piped output is greppable rather than wrapped at 80 columns."""
     from rich.console import Console
 
-    stream = sys.stderr if stderr else sys.stdout
-    if stream.isatty():
+    stream = file if file is not None else sys.stderr if stderr else sys.stdout
+    if file is None and stream.isatty():
         return Console(file=stream, highlight=False)
     width = int(os.environ.get("COLUMNS", "0") or 0) or 200
     return Console(file=stream, width=width, highlight=False, color_system=None)

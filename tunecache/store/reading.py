@@ -177,6 +177,16 @@ def where_clause(where: Mapping[str, Any], device: str) -> tuple[str, list[Any]]
 _EVERY: Mapping[str, Any] = MappingProxyType({})
 
 
+#: `CacheReader.change_mark`'s question: the tables themselves, not the read contract's views
+_MARK = (
+    "SELECT (SELECT store_id FROM sync_store), (SELECT seq FROM sync_store),"
+    " (SELECT count(*) FROM entries), (SELECT max(id) FROM entries),"
+    " (SELECT count(*) FROM validations),"
+    " (SELECT count(*) FROM timing_records), (SELECT max(id) FROM timing_records),"
+    " (SELECT max(id) FROM runs)"
+)
+
+
 class CacheReader:
     """A read-only connection to one cache file, reading one device's decisions through the
     read-contract views."""
@@ -434,6 +444,15 @@ class CacheReader:
         for name in ("started_at", "finished_at"):
             out[name] = when(out[name])
         return out
+
+    def change_mark(self) -> tuple[Any, ...]:
+        """What a write of an entry, a verdict, a timing record or a session changes, read in
+        one snapshot: the store's id and change counter (`tunecache.store.changes`: every write
+        of an entry or of a verdict on one is numbered), how many entries, verdicts and timing
+        records there are and the highest id of each that has one, and the highest run id.
+        Two marks of one file are equal only where none of those was written in between (a
+        deleted entry, which the counter does not number, changes the count)."""
+        return tuple(self._rows(_MARK, ())[0])
 
     def models(self) -> list[tuple[Any, ...]]:
         """Every model of the file as rows of MODEL_COLUMNS, by name and fingerprint."""

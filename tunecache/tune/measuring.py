@@ -9,194 +9,30 @@ acceptance rule then runs to its most pairs), and doubted by the evidence rules
 `<database>.measure-lock` beside the device's local cache file (for a fleet store too: the cores
 are this host's), and tuners of one device measure one after another, as one tuner alone would,
 while their waiting for claims and their writes go on (`MeasureLock.waited` sums how long this
-process waited for another's turn). A process that dies holding the lock lets go of it with its
-descriptor. A process forked while the lock is held (a model's worker pool started during a
-trial) closes its inherited copy of the descriptor at once (`os.register_at_fork`): a flock
-belongs to the descriptor's open file, which the child would otherwise keep, and with it the
-lock, for as long as it runs. Where the folder cannot take the file, measurements go unlocked,
-as before.
+process waited for another's turn). It is a `tunecache.hostlock.HostLock`: a process that dies
+holding it lets go of it with its descriptor, and a child forked while it is held (a model's
+worker pool started during a trial) closes its copy at once. Where the folder cannot take the
+file, measurements go unlocked, as before.
 
 The same kind of lock (`HostLock`) keeps one session of a model at a time on this host
 (`session_lock`): a tuner that finds it taken sleeps until it is let go of, looking at it with
-one system call every `POLL` seconds, instead of reading the store's claims through SQLAlchemy
-at that rate. Those reads woke three waiting tuners sixty times a second for a millisecond each,
-beside a holder whose BLAS threads stall together whenever one of them is preempted: with four
-tuners of one model at once, the holder's trials rejected the real win in 4 of 8 runs
-(tools/bench_tuners.py, ATTENTIONx10; a tuner alone accepted it in 7 and 8 of 8, two runs of the
-tool), and in 0 of 8 once they slept on the lock.
+one system call every `tunecache.hostlock.POLL` seconds, instead of reading the store's claims
+through SQLAlchemy at that rate. Those reads woke three waiting tuners sixty times a second for
+a millisecond each, beside a holder whose BLAS threads stall together whenever one of them is
+preempted: with four tuners of one model at once, the holder's trials rejected the real win in 4
+of 8 runs (tools/bench_tuners.py, ATTENTIONx10; a tuner alone accepted it in 7 and 8 of 8, two
+runs of the tool), and in 0 of 8 once they slept on the lock.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["POLL", "HostLock", "MeasureLock", "session_lock"]
+from tunecache.hostlock import HostLock
 
-#: seconds between two looks at a lock another process holds, where a wait has a deadline
-POLL = 0.05
-
-#: every lock of this process, for the fork hook
-_LOCKS: weakref.WeakSet[HostLock] = weakref.WeakSet()
-
-
-class HostLock:
-    """An exclusive flock on the file `path`: one process of this host holds it at a time.
-
-    `held()` holds it around a block (re-entrant), waiting as long as it takes; `acquire`
-    waits at most a deadline, and `release` lets go of what `acquire` took. A process that
-    dies holding it lets go with its descriptor, and a forked child closes its inherited copy.
-    Where the folder cannot take the file, the lock is taken without one (nothing is waited
-    for).
-    """
-
-    def __init__(self, path: Path, timer: Callable[[], float] = time.monotonic) -> None:
-        self.path = path
-        #: the clock `waited` is measured on (a session's own, so its waits add up)
-        self.timer = timer
-        self._fd: int | None = None
-        #: the descriptor a wait for the lock has open (None: no wait under way)
-        self._waiting: int | None = None
-        self._depth = 0
-        #: seconds this process waited for another process's turn to end, in all
-        self.waited = 0.0
-        self._lock = threading.RLock()
-        _LOCKS.add(self)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the lock while the block runs, waiting for it first (re-entrant)."""
-        with self._lock:
-            if self._depth == 0:
-                self._take()
-            self._depth += 1
-            try:
-                yield
-            finally:
-                # Never below 0: a child forked inside the block starts again from 0.
-                self._depth = max(0, self._depth - 1)
-                if self._depth == 0:
-                    self._drop()
-
-    def acquire(
-        self, timeout: float | None = None, *, sleep: Callable[[float], object] = time.sleep
-    ) -> bool:
-        """Take the lock, waiting at most `timeout` seconds of `timer` (None: as long as it
-        takes) with a look every `POLL` seconds; whether it is held now. A lock this object
-        holds already is held once more (`release` as often); another object on the same file,
-        even in this process, waits for it as another process would."""
-        with self._lock:
-            if self._depth == 0 and not self._take(timeout, sleep):
-                return False
-            self._depth += 1
-            return True
-
-    def release(self) -> None:
-        """Let go of one `acquire` (the lock itself once the last one is let go of)."""
-        with self._lock:
-            self._depth = max(0, self._depth - 1)
-            if self._depth == 0:
-                self._drop()
-
-    def _take(
-        self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
-    ) -> bool:
-        fd = self._open()
-        if fd is None:
-            return True  # nowhere to keep it: held without one
-        # Named while it waits too: a child forked meanwhile closes its copy (`_forked`).
-        self._waiting = fd
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                start = self.timer()  # another process's turn: wait for its end
-                try:
-                    got = self._wait(fd, start, timeout, sleep)
-                finally:
-                    self.waited += self.timer() - start
-                if not got:
-                    self._waiting = None  # unnamed before it is closed: its number is reused
-                    os.close(fd)
-                    return False
-            self._fd = fd  # named as held before it stops being named as waiting
-            self._waiting = None
-            return True
-        except OSError:
-            # flock itself failed (not "taken": that is BlockingIOError, above), as on an NFS
-            # folder whose lock file opened read-only: held without one.
-            self._waiting = None
-            os.close(fd)
-            return True
-        except BaseException:
-            if self._fd == fd:
-                self._fd = None
-            self._waiting = None
-            os.close(fd)
-            raise
-
-    def _open(self) -> int | None:
-        """A descriptor of the lock file, made if need be; None where there can be none."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except PermissionError:
-                # Another user's lock file (mode 0644): flock needs no more than reading it
-                # (but on NFS, where it then fails, and the lock is held without one).
-                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-
-    def _wait(
-        self, fd: int, start: float, timeout: float | None, sleep: Callable[[float], object]
-    ) -> bool:
-        """Wait for the lock on `fd`: blocked in flock where there is no deadline, else a look
-        every POLL seconds until `timeout` seconds of `timer` have passed."""
-        if timeout is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            return True
-        while True:
-            left = start + timeout - self.timer()
-            if left <= 0:
-                return False
-            sleep(min(POLL, left))
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            return True
-
-    def _drop(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)  # closing the descriptor lets go of its flock
-
-    def _forked(self) -> None:
-        """In a forked child: let go of the parent's descriptor (never unlock it: the lock is
-        the parent's), the one a wait of another thread had open, and of a thread lock another
-        thread may have held at the fork."""
-        fds = {fd for fd in (self._fd, self._waiting) if fd is not None}
-        self._fd = self._waiting = None
-        self._depth = 0
-        self._lock = threading.RLock()
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _after_fork() -> None:
-    for lock in list(_LOCKS):
-        lock._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork)
+__all__ = ["MeasureLock", "session_lock"]
 
 
 class MeasureLock(HostLock):

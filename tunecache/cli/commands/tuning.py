@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tunecache.cli import render
+from tunecache.cli import render, sharing
 from tunecache.cli.device import open_cache
 from tunecache.cli.exits import UsageError
 from tunecache.cli.options import TUNE, option_values
@@ -17,7 +19,7 @@ from tunecache.errors import BadArgumentError
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["cmd_tune", "cmd_demo", "cmd_evaluate"]
+__all__ = ["cmd_tune", "cmd_demo", "cmd_evaluate", "complete"]
 
 
 def _load_models(spec: str) -> list[Any]:
@@ -149,40 +151,116 @@ def cmd_tune(args: argparse.Namespace) -> int:
     MODEL is MODULE:ATTR or FILE.py:ATTR naming a tunecache.tune.Model, a callable, or a list or
     dict of them. Ctrl-C keeps what was accepted (exit 130); an exception from the model's own
     code is reported with its type, message and line (exit 9). With --pending, it benches
-    this device's pending keys instead (tunecache pending), each through its recorded op."""
-    from tunecache import tune
-
+    this device's pending keys instead (tunecache pending). An identical tune command started
+    while one runs on this host waits for it and reports its session, unless --alone."""
     if args.pending:
         from tunecache.cli.commands.offline import tune_pending
 
         return tune_pending(args)
     if not args.model:
         raise UsageError("tune needs a MODEL (MODULE:ATTR or FILE.py:ATTR), or --pending")
+    # Before the tuner is imported: a command that shares another's session needs none of it.
+    gate = sharing.gate(args)
+    if gate is None:
+        return _tune(args, None)
+    try:
+        if not gate.take():
+            by = gate.holder()
+            print(
+                f"tunecache: an identical tune command runs on this host"
+                f"{f' ({by})' if by else ''}: waiting to report its session (--alone: not)",
+                file=sys.stderr,
+            )
+            if gate.wait():
+                found = gate.result()
+                if found is not None:
+                    _emit_shared(args, found)
+                    return 0
+                gate.own()
+        return _tune(args, gate)
+    finally:
+        gate.release()
+
+
+def _tune(args: argparse.Namespace, gate: sharing.Gate | None) -> int:
+    """Tune the models of `args` in a session of this command's own; where it holds the
+    `gate` of its request, publish its output for the identical commands waiting there (a
+    command whose wait outlasted the gate's limit holds none, and tunes beside the other,
+    whose session it then waits for as any tuner would). What it waited at the gate is taken
+    off the first model's --budget."""
+    from tunecache import tune
+
     models = [m for spec in args.model for m in _load_models(spec)]
     roots = spec_roots(args.model)
     reports = []
     with open_cache(args) as cache, render.progress(args) as progress:
-        for model in models:
+        for number, model in enumerate(models):
+            options = _tune_kwargs(args)
+            if number == 0 and gate is not None and "budget" in options:
+                # The wait at the gate was the first session's, as a wait inside it would be.
+                options["budget"] = max(0.0, options["budget"] - gate.waited)
             try:
                 with user_code(f"model {model.name!r}", roots):
-                    report = tune.tune(model, cache=cache, progress=progress, **_tune_kwargs(args))
+                    report = tune.tune(model, cache=cache, progress=progress, **options)
             except tune.TuneInterrupted as stop:
                 reports.append(stop.report)
                 _emit_tune(args, reports)
                 raise
             reports.append(report)
+        shared = gate is not None and gate.held and complete(reports)
+        # The mark as the session left the store, before anything is printed (a pipe may hold
+        # the output up while another process writes).
+        mark = sharing.change_mark(cache.path, cache.device.fingerprint) if shared else None
+        database, device = cache.path, cache.device.fingerprint
     _emit_tune(args, reports)
+    if gate is not None and mark is not None:
+        gate.publish(_output(args, reports), database, device, mark)
     return 0
+
+
+def complete(reports: list[Any]) -> bool:
+    """Whether reports can be shared: every session did all it would have done, whoever ran
+    it (no budget ran out, no key or guard left to another tuner that outlasted the wait)."""
+    return not any(r.budget_spent or r.guard_left_to or r.count("skipped") for r in reports)
 
 
 def _emit_tune(args: argparse.Namespace, reports: list[Any]) -> None:
     """The tuning reports so far, as JSON or one table a model."""
     if args.json:
-        render.print_json([r.as_dict() for r in reports])
+        render.print_json(_output(args, reports))
         return
     console = render.console()
     for report in reports:
         _print_tune(console, report)
+
+
+def _output(args: argparse.Namespace, reports: list[Any]) -> Any:
+    """What `_emit_tune` prints, as JSON holds it (the reports' dicts, each with its
+    `shared_from`, null: its own session; or the text, as off a terminal), for identical
+    commands to share."""
+    if args.json:
+        return [{**report.as_dict(), "shared_from": None} for report in reports]
+    text = io.StringIO()
+    plain = render.console(file=text)
+    for report in reports:
+        _print_tune(plain, report)
+    return text.getvalue()
+
+
+def _emit_shared(args: argparse.Namespace, found: dict[str, Any]) -> None:
+    """Print the output of the identical command whose session this one shares (`found`, its
+    result): the JSON reports with `shared_from` naming it, or its text under a line saying
+    whose it is."""
+    by = found.get("by") or "another process"
+    output = found["output"]
+    if args.json:
+        render.print_json([{**report, "shared_from": by} for report in output])
+        return
+    print(
+        f"the session of an identical tune command ({by}), which ran while this one waited; "
+        "nothing was written to the store since:"
+    )
+    sys.stdout.write(output)
 
 
 # --- demo and evaluate: each model against its heuristic ---------------------------------------
