@@ -122,7 +122,9 @@ def test_a_tuner_sleeps_on_a_live_sessions_lock_without_reading_the_claims(
     assert looks == [1] * 5  # one read, before the first look
     assert report.waited == pytest.approx(5 * POLL)  # five looks, on the injected timer
     assert report.keys  # then it tuned the model as the holder left it
-    assert lock_seen(session_lock(cache.path, tm.ENCODER.name).path) == "free"
+    lock = session_lock(cache.path, tm.ENCODER.name).path
+    assert not lock.exists()  # its last holder removed its file: none piles up per model
+    assert lock_seen(lock) == "free"
 
 
 def test_a_killed_sessions_claim_is_taken_over_at_once(cache: Cache) -> None:

@@ -48,10 +48,13 @@ def session_lock(
     """The lock one tuning session of `model` holds on this host, for as long as it runs,
     beside the device's local cache file `database` (a digest of the name and the host names
     the file: a cache folder on a network filesystem, whose flocks other hosts see, keeps one
-    file per host, as the session's claim names its host)."""
+    file per host, as the session's claim names its host). The file goes with the lock's
+    last holder (`HostLock(removed=True)`)."""
     import platform
 
     from tunecache._digest import sha256
 
     digest = sha256(f"{model}\0{platform.node()}".encode()).hexdigest()[:16]
-    return HostLock(database.with_name(f"{database.name}.session-{digest}.lock"), timer)
+    path = database.with_name(f"{database.name}.session-{digest}.lock")
+    # One file per model name: its last holder removes it, so none piles up.
+    return HostLock(path, timer, removed=True)
