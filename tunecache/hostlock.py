@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import threading
 import time
@@ -40,10 +41,11 @@ class HostLock:
     waits at most a deadline, and `release` lets go of what `acquire` took. A process that
     dies holding it lets go with its descriptor, and a forked child closes its inherited copy.
     Where the folder cannot take the file, the lock is taken without one (nothing is waited
-    for). With `removed`, the holder removes the file as it lets go (still holding it), and a
-    lock taken on a file removed meanwhile is taken again on the one in its place (its device
-    and inode say which): a lock whose file names a request rather than a model leaves no file
-    behind.
+    for). With `removed`, the holder removes the file as it lets go (still holding it, and only
+    while the name is still its file), and a lock taken on a file removed meanwhile is taken
+    again on the one in its place (its device and inode say which; after the second try, a look
+    every POLL seconds within the deadline): a lock whose file names a request or a model
+    leaves no file behind.
     """
 
     def __init__(
@@ -102,25 +104,32 @@ class HostLock:
         self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
     ) -> bool:
         start = self.timer()
-        while True:
+        for retry in itertools.count():
             left = None if timeout is None else max(0.0, timeout - (self.timer() - start))
+            if retry > 1:
+                # The file taken twice over was gone again: look again after a while, within
+                # the deadline (another process's turns, or a filesystem whose files never
+                # look the same twice, cannot make this spin).
+                if left == 0.0:
+                    return False
+                sleep(POLL if left is None else min(POLL, left))
+                left = None if timeout is None else max(0.0, timeout - (self.timer() - start))
             if not self._take_once(left, sleep):
                 return False
-            if self._fd is None or not self.removed or self._current():
+            fd = self._fd
+            if fd is None or not self.removed:
                 return True
-            # Taken on a file its last holder removed: let go of it, and wait for the new one.
-            fd, self._fd = self._fd, None
+            try:
+                if _names(self.path, fd):
+                    return True
+            except BaseException:
+                self._fd = None
+                os.close(fd)
+                raise
+            # Taken on a file its last holder removed: let go of it, and take the new one.
+            self._fd = None
             os.close(fd)
-
-    def _current(self) -> bool:
-        """Whether the descriptor held is the file that `path` names now."""
-        assert self._fd is not None
-        held = os.fstat(self._fd)
-        try:
-            named = os.stat(self.path)
-        except OSError:
-            return False
-        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+        raise AssertionError("not reached")  # pragma: no cover
 
     def _take_once(self, timeout: float | None, sleep: Callable[[float], object]) -> bool:
         fd = self._open()
@@ -161,14 +170,23 @@ class HostLock:
         """A descriptor of the lock file, made if need be; None where there can be none."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        for _ in range(3):
             try:
                 return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except PermissionError:
                 # Another user's lock file (mode 0644): flock needs no more than reading it
                 # (but on NFS, where it then fails, and the lock is held without one).
-                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
+                try:
+                    return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue  # its holder removed it meanwhile: make the new one
+                except OSError:
+                    return None
+            except OSError:
+                return None
+        return None
 
     def _wait(
         self, fd: int, start: float, timeout: float | None, sleep: Callable[[float], object]
@@ -194,9 +212,11 @@ class HostLock:
         if fd is not None:
             if self.removed:
                 # Still held: nobody else has this file, and whoever opens the name next makes
-                # a new one (and whoever waits on this one takes it again on that).
+                # a new one (and whoever waits on this one takes it again on that). Only this
+                # file: where something else removed it, the name is another holder's now.
                 with contextlib.suppress(OSError):
-                    os.unlink(self.path)
+                    if _names(self.path, fd):
+                        os.unlink(self.path)
             os.close(fd)  # closing the descriptor lets go of its flock
 
     def _forked(self) -> None:
@@ -210,6 +230,16 @@ class HostLock:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` names the file open as `fd` now (not one made in place of a removed one)."""
+    held = os.fstat(fd)
+    try:
+        named = os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
 def _after_fork() -> None:

@@ -27,7 +27,7 @@ from tunecache.cli import sharing
 from tunecache.cli.commands import tuning
 from tunecache.cli.parser import build_parser
 from tunecache.device import Device
-from tunecache.hostlock import HostLock
+from tunecache.hostlock import POLL, HostLock
 from tunecache.store.reading import CacheReader
 from tunecache.tune.claims import CLAIM_WAIT
 from tunecache.tune.reports import KeyOutcome, TuneReport
@@ -482,3 +482,36 @@ def test_no_gate_without_a_wait_or_before_a_db_files_folder_exists(tmp_path: Pat
     assert sharing.gate(_args("m:M", "--db", str(tmp_path / "t.db"), "--budget", "0")) is None
     assert sharing.gate(_args("m:M", "--db", str(tmp_path / "new" / "t.db"))) is None
     assert not (tmp_path / "new").exists()
+
+
+def test_a_holder_never_removes_a_file_it_does_not_hold(tmp_path: Path) -> None:
+    path = tmp_path / "request.lock"
+    first, second, third = (HostLock(path, removed=True) for _ in range(3))
+    assert first.acquire(0.0)
+    path.unlink()  # something else removes it (a user, a prune of the folder)
+    assert second.acquire(0.0)  # a new file: the first's is gone, as before removal existed
+    first.release()  # must not remove the second's file
+    assert path.exists()
+    assert not third.acquire(0.0)
+    second.release()
+    assert not path.exists()
+
+
+def test_a_file_that_never_stays_is_given_up_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A filesystem whose file never looks the same twice: the retries sleep, and stop at the
+    # deadline, on the lock's own (injected) clock.
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr("tunecache.hostlock._names", lambda path, fd: False)
+    lock = HostLock(tmp_path / "request.lock", lambda: now[0], removed=True)
+    assert not lock.acquire(1.0, sleep=sleep)
+    assert now[0] == pytest.approx(1.0) and len(slept) == pytest.approx(1.0 / POLL, abs=1)
+    assert not lock.acquire(0.0, sleep=sleep)  # an immediate look: two tries, no sleep
+    assert now[0] == pytest.approx(1.0)
