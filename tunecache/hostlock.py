@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import os
 import threading
 import time
@@ -104,17 +103,21 @@ class HostLock:
         self, timeout: float | None = None, sleep: Callable[[float], object] = time.sleep
     ) -> bool:
         start = self.timer()
-        for retry in itertools.count():
-            left = None if timeout is None else max(0.0, timeout - (self.timer() - start))
-            if retry > 1:
+
+        def left() -> float | None:
+            return None if timeout is None else max(0.0, timeout - (self.timer() - start))
+
+        retries = 0
+        while True:
+            if retries > 1:
                 # The file taken twice over was gone again: look again after a while, within
                 # the deadline (another process's turns, or a filesystem whose files never
                 # look the same twice, cannot make this spin).
-                if left == 0.0:
+                now = left()
+                if now == 0.0:
                     return False
-                sleep(POLL if left is None else min(POLL, left))
-                left = None if timeout is None else max(0.0, timeout - (self.timer() - start))
-            if not self._take_once(left, sleep):
+                sleep(POLL if now is None else min(POLL, now))
+            if not self._take_once(left(), sleep):
                 return False
             fd = self._fd
             if fd is None or not self.removed:
@@ -129,7 +132,7 @@ class HostLock:
             # Taken on a file its last holder removed: let go of it, and take the new one.
             self._fd = None
             os.close(fd)
-        raise AssertionError("not reached")  # pragma: no cover
+            retries += 1
 
     def _take_once(self, timeout: float | None, sleep: Callable[[float], object]) -> bool:
         fd = self._open()

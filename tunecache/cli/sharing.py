@@ -197,11 +197,9 @@ class Gate:
         self.prefix, self.digest = prefix, digest
         #: the longest this command waits at the gate, in seconds (`wait_limit`)
         self.limit = limit
-        self._wall, self._clock = wall, clock
+        self._wall = wall
         #: when this command came to the gate (wall clock: a result it takes was written later)
         self.arrived = wall()
-        #: seconds this command waited for another at the gate
-        self.waited = 0.0
         #: whether this command holds the lock
         self.held = False
 
@@ -232,12 +230,13 @@ class Gate:
     def wait(self, *, sleep: Callable[[float], object] = time.sleep) -> bool:
         """Wait for the lock, at most `limit` seconds; whether this command holds it now (then
         read the `result`, and `own` the lock where there is none to take)."""
-        start = self._clock()
-        try:
-            self.held = self.lock.acquire(self.limit, sleep=sleep)
-        finally:
-            self.waited += self._clock() - start
+        self.held = self.lock.acquire(self.limit, sleep=sleep)
         return self.held
+
+    @property
+    def waited(self) -> float:
+        """Seconds this command waited for another at the gate (the lock's own count)."""
+        return self.lock.waited
 
     def result(self) -> dict[str, Any] | None:
         """The result of the command that held the lock last, where it can be shared: there
@@ -291,8 +290,7 @@ class Gate:
 
     def _prune(self) -> None:
         """Remove this folder's results (of any request, named as this one's are) and parts
-        of them older than KEEP seconds. The locks stay: a lock file removed while another
-        command opens it would let two commands hold it."""
+        of them older than KEEP seconds (the locks' files go with their holders)."""
         folder, now = self.result_path.parent, self._wall()
         with contextlib.suppress(OSError):
             for pattern in (f"{self.prefix}*.json", f"{self.prefix}*.part"):

@@ -207,11 +207,11 @@ def _tune(args: argparse.Namespace, gate: sharing.Gate | None) -> int:
                 _emit_tune(args, reports)
                 raise
             reports.append(report)
+        database, device = cache.path, cache.device.fingerprint
         shared = gate is not None and gate.held and complete(reports)
         # The mark as the session left the store, before anything is printed (a pipe may hold
         # the output up while another process writes).
-        mark = sharing.change_mark(cache.path, cache.device.fingerprint) if shared else None
-        database, device = cache.path, cache.device.fingerprint
+        mark = sharing.change_mark(database, device) if shared else None
     _emit_tune(args, reports)
     if gate is not None and mark is not None:
         gate.publish(_output(args, reports), database, device, mark)
