@@ -115,7 +115,7 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> Any:
     # PEP 562: the store's names load SQLAlchemy, so they are imported on first use only; the
     # resolver's load sqlite3, which a program that never consults a cache need not pay for;
-    # the keys' compile their patterns, which `tunecache where` and `list` never use; and the
+    # the keys' module, which `tunecache where` and `list` never use; and the
     # errors' classes cost a process that only applies the Triton decorator more than the rest
     # of what that loads (about 0.3 ms).
     if name in _LAZY:

@@ -68,16 +68,11 @@ class HostLock:
     def held(self) -> Iterator[None]:
         """Hold the lock while the block runs, waiting for it first (re-entrant)."""
         with self._lock:
-            if self._depth == 0:
-                self._take()
-            self._depth += 1
+            self.acquire()
             try:
                 yield
             finally:
-                # Never below 0: a child forked inside the block starts again from 0.
-                self._depth = max(0, self._depth - 1)
-                if self._depth == 0:
-                    self._drop()
+                self.release()
 
     def acquire(
         self, timeout: float | None = None, *, sleep: Callable[[float], object] = time.sleep

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from tunecache import processes
+from tunecache import hostlock, processes
 from tunecache.errors import BadArgumentError, TunecacheError, TunecacheWarning
 
 if TYPE_CHECKING:
@@ -60,12 +60,12 @@ __all__ = [
     "session_key",
 ]
 
+#: seconds between two looks at a claim another tuner holds: a lock's (`tunecache.hostlock`)
+POLL = hostlock.POLL
 #: seconds a claim stands unless renewed (its holder renews it every third of that)
 CLAIM_TTL = 30.0
 #: seconds a tuner waits, at most, for a key another tuner holds
 CLAIM_WAIT = 600.0
-#: seconds between two looks at a claim another tuner holds
-POLL = 0.05
 #: renewals failed in a row before a holder is warned that its claims may lapse
 FAILED_BEATS = 3
 

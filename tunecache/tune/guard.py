@@ -27,7 +27,7 @@ def served_now(session: Session) -> tuple[dict[str, str], RunFailed | None]:
     """What the current table answers the model's runs (one profiled pass of each scenario):
     key text -> "entry id:choice", and the failure if a run with the table raised (the
     answers met until then are in). Where the table answers every key the session's last
-    profile met as that profile's table did, the runs would be the profiled ones: their
+    profile met with the choice its runs got, the runs would be the profiled ones: their
     answers are read from it, and the model is not run again (`LastProfile`)."""
     last = session.last_profile
     if last is not None and last.answers_as(session.table):

@@ -35,7 +35,6 @@ from tunecache.evidence import TOO_SLOW, WRONG, refusal
 from tunecache.keys import Key
 from tunecache.tune import doubt
 from tunecache.tune.claims import ClaimLost, Claims, Holder
-from tunecache.tune.loading import load_module
 from tunecache.tune.model import scenario_text
 from tunecache.tune.options import KEY_BUDGET, REBENCH, Options, session_options
 from tunecache.tune.records import bench_candidates, bound_calls, refused_in, speedup_of
@@ -496,6 +495,8 @@ def load_op(spec: str) -> Tunable[Any, Any]:
 
     where, _, attr = spec.rpartition(":")
     if where and attr:
+        from tunecache.tune.loading import load_module  # only where an op is named by its spec
+
         module = load_module(where, "_tunecache_ops_", reuse=True)
     else:
         raise BadArgumentError(f"an op is named MODULE:ATTR or FILE.py:ATTR, got {spec!r}")

@@ -115,11 +115,10 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     """
     heavy: dict[Key, Heavy] = {}
     light: set[Key] = set()
-    seen: set[str] = set()
     met: dict[Key, dispatch.Tunable[Any, Any]] = {}
     ran: dict[Key, str] = {}
     for case in session.cases:
-        for found in _profile_case(session, case, seen, ran):
+        for found in _profile_case(session, case, ran):
             met[found.key] = found.op
             if found.share < session.options.share:
                 light.add(found.key)
@@ -132,16 +131,14 @@ def profile(session: Session, screening: Screening) -> list[Heavy]:
     screening.light |= light
     session.screened = screening.screened()
     if not session.identified:
-        session.identify(sorted(seen))
+        session.identify(sorted(key.text for key in ran))
     return sorted(heavy.values(), key=lambda found: (-found.share, found.key))
 
 
-def _profile_case(
-    session: Session, case: dict[str, int], seen: set[str], ran: dict[Key, str]
-) -> list[Heavy]:
-    """Every key one scenario's profiled run captured, with its share; adds to `seen` every key
-    the run used, and to `ran` the choice each key got (a key two scenarios answered apart
-    gets no choice: nothing then stands for both)."""
+def _profile_case(session: Session, case: dict[str, int], ran: dict[Key, str]) -> list[Heavy]:
+    """Every key one scenario's profiled run captured, with its share; adds to `ran` every
+    key the run used, with the choice it got (a key two scenarios answered apart gets no
+    choice: nothing then stands for both)."""
     run = run_with(session.model, session.table, [case])
     # A profile is timed (the shares are ratios of times), and a whole run is the heaviest
     # work a session does outside its benches and trials: it takes its measurement turn, so
@@ -152,7 +149,6 @@ def _profile_case(
     calls = profiled.captured()
     found = []
     for row in profiled.rows():
-        seen.add(row.key.text)
         ran[row.key] = row.choice if ran.get(row.key, row.choice) == row.choice else ""
         call = calls.get(row.key)
         if call is not None:
