@@ -52,8 +52,6 @@ KEPT = 8
 _FORMAT = 1
 
 _lock = threading.Lock()
-#: whether this process's Triton is served a kept hash (then nothing is pending)
-_served = False
 
 #: what this process's `remember` did ("remembered", "computed", "left"; None: not called)
 outcome: str | None = None
@@ -65,7 +63,8 @@ def pending() -> bool:
     if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
         return False
     found = _key_function()
-    return not _served and found is not None and found.cache_info().currsize == 0
+    # Served a kept hash, its function has answered once (`_serve`): nothing is pending then.
+    return found is not None and found.cache_info().currsize == 0
 
 
 def _key_function() -> Any:
@@ -169,6 +168,12 @@ def _read(path: Path) -> dict[str, str]:
     return {k: v for k, v in keys.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def _keep(path: Path, keys: dict[str, str]) -> None:
+    """Write the KEPT most recently used of `keys` to `path`, where the folder takes it."""
+    with contextlib.suppress(OSError):
+        _write(path, dict(list(keys.items())[-KEPT:]))
+
+
 def _write(path: Path, keys: dict[str, str]) -> None:
     """Replace the file with `keys` whole (a temporary file renamed over it): a reader sees the
     old file or the new one, never a part."""
@@ -214,12 +219,13 @@ def _sweep(folder: Path, now: float, own: str) -> None:
 def _serve(value: str, original: Callable[[], str]) -> None:
     """Make Triton's `triton_key` return `value`, in every loaded module that holds it by name
     (triton.runtime.cache, and those that imported it from there: Triton's autotuner, torch's
-    inductor)."""
-    global _served
+    inductor). It answers once at once, so that its cache says it is hashed (`pending`)."""
 
     @functools.lru_cache
     def triton_key() -> str:
         return value
+
+    triton_key()
 
     for module in list(sys.modules.values()):
         try:
@@ -228,7 +234,6 @@ def _serve(value: str, original: Callable[[], str]) -> None:
             continue
         if held is original:
             setattr(module, "triton_key", triton_key)  # noqa: B010 (a module, not typed)
-    _served = True
 
 
 def remember(folder: Path) -> str:
@@ -268,16 +273,13 @@ def _remember(folder: Path) -> str:
             # to the end, so an environment in use is not the one the next new state pushes
             # out (and two in use in turn do not rewrite the file at every process's start).
             keys[state] = keys.pop(state)
-            with contextlib.suppress(OSError):
-                _write(path, dict(list(keys.items())[-KEPT:]))
+            _keep(path, keys)
         return "remembered"
     value = original()
     # Kept only for a state that held still while Triton read it, and is not so recent that
     # a change within the same timestamp tick could look like no change (git's "racy" files).
     after, newest = fingerprint(cache_file, version)
     if after == state and newest < time.time() - SETTLED:
-        keys.pop(state, None)
-        keys[state] = value
-        with contextlib.suppress(OSError):
-            _write(path, dict(list(keys.items())[-KEPT:]))
+        keys[state] = value  # a new state (a kept one was served above): the newest, last
+        _keep(path, keys)
     return "computed"
