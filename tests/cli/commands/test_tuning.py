@@ -60,6 +60,8 @@ def test_a_model_in_a_file_is_found_by_a_dotted_attribute(
         (("evaluate", "--held-out", "m:x"), EXIT_USAGE, "--held-out needs at least one --tune"),
         (("evaluate", "--tune", "tests.tune_models:ENCODER", "--alpha", "2"), 2, "alpha"),
         (("tune", "tests.tune_models:ENCODER", "--keep", "0"), EXIT_USAGE, "not at least 1"),
+        (("tune", "tests.tune_models:ENCODER", "--claim-wait", "-1"), 2, "claim_wait"),
+        (("tune", "tests.tune_models:ENCODER", "--budget", "nan"), 2, "budget"),
         (("demo", "--measure-pairs", "0"), EXIT_USAGE, "not at least 1"),
     ],
 )

@@ -190,6 +190,8 @@ def _tune(args: argparse.Namespace, gate: sharing.Gate | None) -> int:
     off the first model's --budget."""
     from tunecache import tune
 
+    # Every option is checked before a model is loaded or the cache is opened.
+    tune.check_tune_options(_tune_kwargs(args))
     models = [m for spec in args.model for m in _load_models(spec)]
     roots = spec_roots(args.model)
     reports = []
