@@ -20,7 +20,7 @@ from tests.triton.fake import GPU, CpuKernel, configs, launch
 from tunecache.compare import difference
 from tunecache.device import Device
 from tunecache.errors import BadArgumentError, TunecacheError
-from tunecache.triton import GPU_BENCH, gpu
+from tunecache.triton import GPU_BENCH, gpu, warm
 from tunecache.triton.configs import NoConfigError
 from tunecache.triton.gpu import driver_version, gpu_backend, gpu_device
 
@@ -33,9 +33,9 @@ def test_the_driver_version_comes_from_proc_then_from_torch(
     fake_gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proc = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n"
-    monkeypatch.setattr(gpu, "open", lambda *a, **k: io.StringIO(proc), raising=False)
+    monkeypatch.setattr(warm, "open", lambda *a, **k: io.StringIO(proc), raising=False)
     assert driver_version() == "580.159.04"
-    monkeypatch.setattr(gpu, "open", _no_proc_file, raising=False)
+    monkeypatch.setattr(warm, "open", _no_proc_file, raising=False)
     assert driver_version() == "cuda-12.4"
     fake_gpu.torch.version.hip = "6.2.41133"
     assert driver_version() == "hip-6.2.41133"
@@ -57,13 +57,13 @@ def test_the_kernel_modules_version_is_what_the_drivers_pattern_finds(parts: lis
 
     text = "".join(parts)
     found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)
-    assert gpu.kernel_module_version(text) == (None if found is None else found.group(1))
+    assert warm.kernel_module_version(text) == (None if found is None else found.group(1))
 
 
 def test_a_gpus_identity_is_its_name_multiprocessors_capability_driver_and_triton(
     fake_gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gpu, "driver_version", lambda: "580.159.04")
+    monkeypatch.setattr(warm, "driver_version", lambda: "580.159.04")
     # What tests/test_cli.py reads back as an H200's identity.
     h200 = Device("nvidia-h200", 132, "nvidia-h200-sm90-driver-580-159-04", "triton", "3.6.0")
     assert gpu_device() == h200

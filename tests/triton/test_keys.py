@@ -115,6 +115,6 @@ def test_keys_compile_alike_when_each_size_is_aligned_in_both_or_neither() -> No
 
 def test_the_config_name_limit_is_the_candidate_lists_own() -> None:
     from tunecache import candidates
-    from tunecache.triton import keys
+    from tunecache.triton import warm
 
-    assert keys.MAX_NAME_LEN == candidates.MAX_NAME_LEN
+    assert warm.MAX_NAME_LEN == candidates.MAX_NAME_LEN

@@ -97,19 +97,21 @@ print(json.dumps({"stats": kernel.stats, "decoration": sorted(decorated - before
                   "waited": sorted(set(sys.modules) - called)}))
 """
 
-#: every module of tunecache that the first call of a stored key imports in a process that
-#: applied the decorator: the GPU backend and the machinery a call resolves through, the
-#: device identity's checked fields, the store's location, the key, the candidate list's
-#: checksum and the kernel's own reader. Not the Device (its fields are checked and hashed as
-#: it would), the store's modules (its schema: the view is known by its text), the writer, the
-#: pending keys, the bench or the resolver: nothing is written, borrowed or tuned
+#: every module of tunecache that the first call of a stored key imports in a process that applied
+#: the decorator, answered by the store (no warm start: its store was written in the last 2 s,
+#: `warm.SETTLED`): the warm start's module, which found no answers, the GPU backend and the
+#: machinery a call resolves through, the device identity's checked fields, the store's location,
+#: the key, the candidate list's checksum and the kernel's own reader. Not the Device (its fields
+#: are checked and hashed as it would), the store's modules (its schema: the view is known by its
+#: text), the writer, the pending keys, the bench or the resolver: nothing is written, borrowed or
+#: tuned
 FIRST_CALL = {
     *("tunecache._digest", "tunecache._version", "tunecache.candidates", "tunecache.checks"),
     *("tunecache.config", "tunecache.errors", "tunecache.identity", "tunecache.keys"),
     "tunecache.paths",
     *("tunecache.triton.backend", "tunecache.triton.configs", "tunecache.triton.flow"),
     *("tunecache.triton.gpu", "tunecache.triton.keys", "tunecache.triton.state"),
-    "tunecache.triton.stored",
+    *("tunecache.triton.stored", "tunecache.triton.warm"),
 }
 
 
@@ -151,7 +153,11 @@ def test_the_reader_reads_through_sqlites_c_module_which_sqlite3_wraps() -> None
 
 
 #: the first call's other modules (their top-level names), where this Python has not loaded them
-ALSO_FIRST_CALL = {"_sqlite3", "_sha2", "_sha256", "typing", "_typing", "threading", "_weakrefset"}
+#: (atexit: the warm start's answers are written at exit)
+ALSO_FIRST_CALL = {
+    *("_sqlite3", "_sha2", "_sha256", "typing", "_typing", "threading", "_weakrefset"),
+    "atexit",
+}
 
 
 def test_a_store_whose_view_is_not_the_read_contracts_is_left_to_the_resolver() -> None:

@@ -184,6 +184,9 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
         # What tunecache.triton.jitkey did before the first launch (Triton's installation hash
         # served from the file beside the store, computed and kept there, or left to Triton).
         out["triton key"] = getattr(sys.modules.get("tunecache.triton.jitkey"), "outcome", None)
+        # Who answered the first call: the warm start's file (the flow never built), or the
+        # flow (the store, or a bench).
+        out["answered by"] = "warm start" if kernel._flow is None else "flow"
         out["bench_time"], out["store_time"] = kernel.bench_time, kernel.store_time
         out["outputs_time"] = kernel.outputs_time
         t0 = time.perf_counter()

@@ -20,6 +20,7 @@ dict lookup and the kernel's own launch.
 
 from __future__ import annotations
 
+import sys
 import time
 from _thread import RLock  # threading costs ~2 ms to import; its RLock is this one
 from types import FunctionType
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from tunecache.triton.configs import Choice
     from tunecache.triton.flow import Flow
     from tunecache.triton.keys import KeySpec
+    from tunecache.triton.warm import Source, WarmStart
 
 __all__ = ["Autotuner", "autotune"]
 
@@ -65,7 +67,13 @@ class Autotuner:
     backend, which needs torch).
     """
 
-    def __init__(self, fn: Any, options: Options, backend: BackendSource) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        options: Options,
+        backend: BackendSource,
+        warm: Callable[[], Source] | None = None,
+    ) -> None:
         self.arg_names = _kernel_arguments(fn)
         self.fn = fn
         self.base_fn = fn
@@ -113,6 +121,10 @@ class Autotuner:
         #: background tuning failures, as one line each
         self.errors: list[str] = []
         self._source = backend
+        #: how the warm start sees the devices (`warm.Source`; None: the backend's own)
+        self._warm_source = warm
+        #: the warm start (`warm.WarmStart`; None: not tried yet, False: none)
+        self._warm: WarmStart | bool | None = None
         self._flow: Flow | None = None
         self._single: Choice | None = None
         self._building = RLock()
@@ -188,9 +200,55 @@ class Autotuner:
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
 
+    @property
+    def warm_start(self) -> WarmStart | None:
+        """The kernel's warm start (`warm.WarmStart`: answers kept from earlier processes),
+        made by the first call; None where it has none, or before."""
+        found = self._warm
+        return None if found is None or isinstance(found, bool) else found
+
+    def _start(self) -> WarmStart | bool:
+        """Make the warm start, once; False where there is none or it cannot probe the device
+        (the flow then does, and says why in its own words)."""
+        with self._building:
+            if self._warm is None:
+                from tunecache.triton.warm import WarmStart, backend_source
+
+                # A backend given as itself (not a call that builds it): its module is loaded.
+                backends = sys.modules.get("tunecache.triton.backend")
+                try:
+                    source = self._warm_source
+                    if source is not None:
+                        made = source()
+                    elif backends is not None and isinstance(self._source, backends.Backend):
+                        made = backend_source(self._source)
+                    else:
+                        made = None
+                    found = None if made is None else WarmStart.start(self, made, self._building)
+                except Exception:
+                    found = None
+                self._warm = found if found is not None else False
+            return self._warm
+
+    def _warm_choice(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Choice | None:
+        """What the warm start answers for this call (None: the flow decides)."""
+        warm = self._warm
+        if warm is None:
+            warm = self._start()
+        if isinstance(warm, bool):
+            return None
+        try:
+            return warm.choice(warm.source.current(), warm.raw(args, kwargs))
+        except Exception:
+            # A device it cannot probe, say: the flow's first call says why, in its words.
+            self._warm = False
+            return None
+
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Launch the kernel with the config this call's key resolves to."""
         choice = self._single
+        if choice is None and self._flow is None and self._warm is not False:
+            choice = self._warm_choice(args, kwargs)
         if choice is None:
             flow = self._flow
             if flow is None:
@@ -398,4 +456,10 @@ def _decorate(fn: Any, options: Options) -> Autotuner:
 
         return gpu_backend(options.device, options.flush_l2)
 
-    return Autotuner(fn, options, backend)
+    def warm() -> Source:
+        # The GPU as the warm start sees it, without the backend's modules.
+        from tunecache.triton.warm import gpu_source
+
+        return gpu_source(options.device)
+
+    return Autotuner(fn, options, backend, warm)

@@ -1,6 +1,6 @@
 """A kernel's configs: their names, how each one launches, and which ones a call may use.
 
-The names are the candidate list stored with every entry (`keys.config_name`); a config that
+The names are the candidate list stored with every entry (`warm.config_name`); a config that
 `early_config_prune` makes up joins the list of names when it is first met. Nothing here
 imports Triton: a config is anything shaped like `triton.Config`.
 """
@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tunecache.errors import BadArgumentError
-from tunecache.triton.keys import config_name
 from tunecache.triton.options import Options
+from tunecache.triton.warm import all_kwargs, config_name
 
 __all__ = ["Choice", "ConfigSet", "NoConfigError", "all_kwargs"]
 
@@ -27,19 +27,6 @@ class NoConfigError(BadArgumentError):
     (`tunecache.triton.gpu`), so that `except triton.TritonError` catches it, as it catches
     Triton's own "No valid autotuner configs after pruning".
     """
-
-
-def all_kwargs(config: Any) -> dict[str, Any]:
-    """The keyword arguments that launch a config: Triton's `Config.all_kwargs()`."""
-    method = getattr(config, "all_kwargs", None)
-    if callable(method):
-        return dict(method())
-    out = dict(config.kwargs)
-    for field in ("num_warps", "num_ctas", "num_stages", "maxnreg", "ir_override"):
-        value = getattr(config, field, None)
-        if value is not None:
-            out[field] = value
-    return out
 
 
 class ConfigSet:

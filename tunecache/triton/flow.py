@@ -147,7 +147,12 @@ class Flow:
         with self.lock:
             state = self.states.get(index)
             if state is None:
-                state = self.states[index] = self.store.open(index)
+                state = self.store.open(index)
+                warm = self.kernel.warm_start
+                if warm is not None:
+                    # What the warm start answered stays answered (one dict lookup a call).
+                    state.memo.update(warm.answered(index))
+                self.states[index] = state
             return state
 
     def miss(self, state: DeviceState, raw: Args, args: Args, kwargs: Kwargs) -> Choice:
@@ -187,6 +192,9 @@ class Flow:
         exact = store.exact(target)
         if exact is not None and exact in legal_names:
             stats["exact"] += 1
+            warm = self.kernel.warm_start
+            if warm is not None and (key.text, target.sum) not in state.decided:
+                warm.learn(state, raw, exact)  # the store's answer: kept for the next process
             return exact
         from tunecache.triton.measure import Call
 

@@ -16,9 +16,11 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tunecache.errors import BadArgumentError
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import NoConfigError
+from tunecache.triton.warm import driver_version, gpu_probe
+from tunecache.triton.warm import torch_module as _torch
+from tunecache.triton.warm import triton_module as _triton
 
 if TYPE_CHECKING:
     from tunecache.identity import Fields
@@ -30,7 +32,6 @@ __all__ = [
     "gpu_backend",
     "gpu_device",
     "gpu_fields",
-    "kernel_module_version",
     "tensor_difference",
     "triton_no_config_error",
 ]
@@ -48,95 +49,17 @@ GPU_BENCH: Mapping[str, Any] = {
 }
 
 
-def _triton() -> Any:
-    try:
-        # import_module: Triton and torch ship no type information, and need not be installed.
-        triton = importlib.import_module("triton")
-    except ImportError as error:
-        raise BadArgumentError(
-            f"tunecache.triton.autotune needs Triton to decorate a kernel: {error}"
-        ) from None
-    return triton
-
-
-def _torch() -> Any:
-    try:
-        return importlib.import_module("torch")
-    except ImportError as error:
-        raise BadArgumentError(f"tunecache.triton needs torch for the GPU: {error}") from None
-
-
-def _leading_version(text: str) -> str | None:
-    """The run of digits and dots `text` starts with, if it starts with a digit."""
-    if not text[:1].isdigit() or not text[:1].isascii():
-        return None
-    end = next((i for i, c in enumerate(text) if c not in "0123456789."), len(text))
-    return text[:end]
-
-
-def kernel_module_version(text: str) -> str | None:
-    r"""The driver's version in /proc/driver/nvidia/version's text ("NVRM version: NVIDIA UNIX
-    Open Kernel Module for x86_64  580.159.04  Release Build ..."), or None: what
-    `re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)` finds, in str methods
-    (compiling that pattern cost each process's first call about 0.1 ms)."""
-    at = text.find("Kernel Module")
-    while at >= 0:
-        rest = text[at + len("Kernel Module") :]
-        after = rest.lstrip()
-        if after != rest:
-            found = _leading_version(after)
-            if found is None and after.startswith("for "):
-                word = after[len("for ") :]
-                end = next((i for i, c in enumerate(word) if c.isspace()), len(word))
-                tail = word[end:]
-                if end and tail.lstrip() != tail:
-                    found = _leading_version(tail.lstrip())
-            if found is not None:
-                return found
-        at = text.find("Kernel Module", at + 1)
-    return None
-
-
-def driver_version() -> str:
-    """The GPU driver's version ("580.159.04"), or the CUDA driver API's ("cuda-13.0")."""
-    try:
-        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
-            found = kernel_module_version(fh.read())
-        if found:
-            return found
-    except OSError:
-        pass
-    torch = _torch()
-    hip = getattr(torch.version, "hip", None)
-    if hip:
-        return f"hip-{hip}"
-    # torch's own private binding: torch has no public call for the CUDA driver API's
-    # version (cudaDriverGetVersion), and this fallback runs only where /proc has none.
-    get = getattr(torch._C, "_cuda_getDriverVersion", None)
-    if callable(get):
-        number = int(get())
-        return f"cuda-{number // 1000}.{number % 1000 // 10}"
-    return "unknown"
-
-
 def gpu_fields(index: int | None = None) -> Fields:
     """`gpu_device(index).fields`, checked as a Device checks them, without building the
-    Device (nor importing its module): what the first call of a stored key needs."""
+    Device (nor importing its module): made of `warm.gpu_probe`'s values, which the warm start
+    compares instead."""
     from tunecache.identity import check_fields, slugify
 
-    torch = _torch()
     if index is None:
-        index = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
-    capability = f"sm{props.major}{props.minor}"
-    accelerator = slugify(f"{props.name} {capability} driver {driver_version()}")
-    fields = (
-        slugify(props.name),
-        int(props.multi_processor_count),
-        accelerator,
-        "triton",
-        str(_triton().__version__),
-    )
+        index = _torch().cuda.current_device()
+    name, major, minor, multiprocessors, driver, version = gpu_probe(index)
+    accelerator = slugify(f"{name} sm{major}{minor} driver {driver}")
+    fields = (slugify(name), multiprocessors, accelerator, "triton", version)
     check_fields(*fields)
     return fields
 

@@ -155,13 +155,9 @@ def fingerprint(cache_file: str, version: str) -> tuple[str, float]:
 
 
 def _read(path: Path) -> dict[str, str]:
-    import json
+    from tunecache.triton.warm import read_json
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}
+    data = read_json(path)
     keys = data.get("keys") if isinstance(data, dict) and data.get("format") == _FORMAT else None
     if not isinstance(keys, dict):
         return {}
@@ -169,51 +165,17 @@ def _read(path: Path) -> dict[str, str]:
 
 
 def _keep(path: Path, keys: dict[str, str]) -> None:
-    """Write the KEPT most recently used of `keys` to `path`, where the folder takes it."""
+    """Write the KEPT most recently used of `keys` to `path` whole (`jsonfile.replace`), where
+    the folder takes it."""
+    from tunecache.triton import jsonfile
+
     with contextlib.suppress(OSError):
-        _write(path, dict(list(keys.items())[-KEPT:]))
+        kept = dict(list(keys.items())[-KEPT:])
+        jsonfile.replace(path, {"format": _FORMAT, "keys": kept}, _TEMPORARY)
 
 
-def _write(path: Path, keys: dict[str, str]) -> None:
-    """Replace the file with `keys` whole (a temporary file renamed over it): a reader sees the
-    old file or the new one, never a part."""
-    import json
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=_TEMPORARY, dir=path.parent)
-    _sweep(path.parent, os.fstat(fd).st_mtime, os.path.basename(temporary))
-    try:
-        # Readable by the others who share the folder (mkstemp makes it the owner's only).
-        os.fchmod(fd, 0o644)
-        with open(fd, "w", encoding="utf-8") as fh:
-            json.dump({"format": _FORMAT, "keys": keys}, fh)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-#: the prefix of the temporary files `_write` renames over the file
+#: the prefix of the temporary files renamed over the file
 _TEMPORARY = ".triton-key-"
-#: a temporary file this old was left by a process killed before its rename
-_ABANDONED = 60.0
-
-
-def _sweep(folder: Path, now: float, own: str) -> None:
-    """Remove the temporary files of writers killed before their rename: older than
-    `_ABANDONED` seconds (a live writer renames its own within milliseconds) by `now`, the
-    modification time of `own`, the caller's new one, so that both times are the file
-    system's (a network file system's clock may not be this host's)."""
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(_TEMPORARY) and n != own]
-    except OSError:
-        return
-    for name in names:
-        with contextlib.suppress(OSError):
-            if os.stat(folder / name).st_mtime < now - _ABANDONED:
-                os.unlink(folder / name)
 
 
 def _serve(value: str, original: Callable[[], str]) -> None:

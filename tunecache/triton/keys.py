@@ -1,21 +1,22 @@
-"""Pure values behind `tunecache.triton.autotune`: config names and tuning keys.
+"""Tuning keys behind `tunecache.triton.autotune`: a call's tunecache key, and its parts.
 
 Nothing here imports Triton, torch or the store: a config is anything shaped like
-`triton.Config` (`.kwargs`, `.num_warps`, `.num_stages`, `.num_ctas`, `.maxnreg`, `.pre_hook`,
-`.ir_override`), a tensor anything with a `.dtype`. So all of it is tested on a CPU.
+`triton.Config`, a tensor anything with a `.dtype`. So all of it is tested on a CPU.
 
-- `config_name` is a config's identity: the canonical text of its meta-parameters and launch
-  options. The candidate list of a kernel is the list of its configs' names, and its checksum
-  (`tunecache.candidates.checksum`) is what an entry is tuned against.
+- `config_name` (`warm`'s, named here too) is a config's identity: the canonical text of its
+  meta-parameters and launch options. The candidate list of a kernel is the list of its
+  configs' names, and its checksum (`tunecache.candidates.checksum`) is what an entry is tuned
+  against.
 - `KeySpec` turns a call's arguments into Triton's tuning key (the values of the `key`
-  arguments, then the dtype of every tensor argument), on the hot path as a plain tuple, and on
-  a miss into a tunecache `Key`: the sizes among the key arguments are its dims, everything else
-  (kernel name, dtypes, non-size key values, source revision) is its signature.
+  arguments, then the dtype of every tensor argument), on the hot path as a plain tuple
+  (`warm.RawKey`), and on a miss into a tunecache `Key`: the sizes among the key arguments are
+  its dims, everything else (kernel name, dtypes, non-size key values, source revision) is its
+  signature.
 - `kernel_revision` is the signature token that ties entries to a kernel's source.
 
-Applying the decorator builds a `KeySpec` and names the configs, so this module imports only
-`tunecache.errors` when it loads: the key's form (`tunecache.keys`) and the digest load with a
-kernel's first key, or with a config name too long to keep whole.
+A kernel's first call builds a `KeySpec` (a warm start answered from its file needs only the
+raw key, and loads none of this): the key's form (`tunecache.keys`) and the digest load with
+its first tunecache key.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError, BadKeyError
 from tunecache.triton.options import key_problem
+from tunecache.triton.warm import RawKey, config_name, kernel_source, value_text
 
 if TYPE_CHECKING:
     from tunecache.keys import Key
@@ -40,13 +42,6 @@ __all__ = [
     "revision_token",
     "same_specialization",
 ]
-
-#: `tunecache.candidates.MAX_NAME_LEN`, spelled out so that naming a config imports neither
-#: the candidate lists nor their digest (a test keeps the two equal)
-MAX_NAME_LEN = 200
-
-#: the launch options of a `triton.Config`, in the order they appear in a config's name
-LAUNCH_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 # Characters a key's signature token may hold as they are: visible ASCII but "_" (the token
 # separator) and "%" (the escape character).
@@ -79,51 +74,6 @@ _DTYPES = {
     "complex64": "C64",
     "complex128": "C128",
 }
-
-
-# -- config identity ----------------------------------------------------------------------------
-
-
-def _value_text(value: object) -> str:
-    """One meta-parameter value as text: Python literals by repr (so 1, True, '1' differ)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return repr(value)
-    return str(value)
-
-
-def config_name(config: Any) -> str:
-    """The identity of a `triton.Config`: its meta-parameters sorted by name, then its launch
-    options, as `BLOCK_M=128,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1`.
-
-    Two configs with the same name launch the same kernel the same way. A config's own
-    `pre_hook` is named by its qualified name; a name over MAX_NAME_LEN characters is cut and
-    ends in a digest of the whole text, so it stays unique.
-    """
-    kwargs = getattr(config, "kwargs", None)
-    if not isinstance(kwargs, Mapping):
-        raise BadArgumentError(
-            "a config is a triton.Config (with .kwargs and .num_warps), "
-            f"got {type(config).__name__}"
-        )
-    parts = [f"{name}={_value_text(kwargs[name])}" for name in sorted(kwargs, key=str)]
-    for field in LAUNCH_FIELDS:
-        value = getattr(config, field, None)
-        if value is not None:
-            parts.append(f"{field}={_value_text(value)}")
-    override = getattr(config, "ir_override", None)
-    if override is not None:
-        parts.append(f"ir_override={_value_text(override)}")
-    hook = getattr(config, "pre_hook", None)
-    if hook is not None:
-        parts.append(f"pre_hook={getattr(hook, '__qualname__', type(hook).__qualname__)}")
-    text = ",".join(parts) or "default"
-    if len(text) > MAX_NAME_LEN or not text.isprintable():
-        from tunecache._digest import sha256
-
-        digest = sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
-        shown = "".join(c if c.isprintable() else "?" for c in text)
-        text = f"{shown[: MAX_NAME_LEN - 18]}~{digest}"
-    return text
 
 
 # -- specialization ---------------------------------------------------------------------------
@@ -187,11 +137,8 @@ def kernel_revision(fn: Any, revision: str | None) -> str | None:
     (`revision="auto"`), the caller's own revision string, or none."""
     if revision != "auto":
         return None if revision is None else "R" + escape(revision)
-    inner = fn
-    while inner is not None and getattr(inner, "src", None) is None:
-        inner = getattr(inner, "fn", None)
-    source = getattr(inner, "src", None)
-    return revision_token(source) if isinstance(source, str) else None
+    source = kernel_source(fn)
+    return None if source is None else revision_token(source)
 
 
 def _dim_names(names: Sequence[str]) -> dict[str, str]:
@@ -240,8 +187,9 @@ def _is_tensor(value: object) -> bool:
         return True
 
 
-class KeySpec:
-    """How a kernel's calls become tuning keys; built once, when the decorator is applied."""
+class KeySpec(RawKey):
+    """How a kernel's calls become tuning keys; built by a kernel's first call. Its `raw`
+    (`warm.RawKey`'s) is the Triton tuning key, `make` the tunecache key."""
 
     def __init__(
         self,
@@ -261,42 +209,14 @@ class KeySpec:
             stray = [d for d in dims if d not in key]
             if isinstance(dims, str) or stray:
                 raise BadArgumentError(f"dims must be a list of key arguments; not in key: {stray}")
+        super().__init__(names, key)
         self.op = op
-        self.arg_names = tuple(names)
-        self.arg_set = frozenset(names)
-        self.key = tuple(key)
-        #: (position among the arguments, name) of each key argument, in key order
-        self.positions = tuple((names.index(k), k) for k in key)
         #: key arguments that are dims when their value is a size (all of them by default)
         self.dims = frozenset(key if dims is None else dims)
         self.explicit_dims = dims is not None
         self.dim_names = _dim_names(self.key)
         self.op_token = escape(op.strip("_").replace("_", "-")) or "kernel"
         self.revision = revision
-
-    def raw(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-        """Triton's tuning key for a call, as a hashable tuple: the values of the key arguments
-        that were passed, then the dtype of every argument that has one (positional first).
-
-        This runs on every call: no allocation beyond the tuple, no string formatting.
-        """
-        n = len(args)
-        out = [
-            args[i] if i < n else kwargs[name]
-            for i, name in self.positions
-            if i < n or name in kwargs
-        ]
-        for a in args[: len(self.arg_names)]:
-            d = getattr(a, "dtype", None)
-            if d is not None:
-                out.append(d)
-        if kwargs:
-            for name, a in kwargs.items():
-                if name in self.arg_set:
-                    d = getattr(a, "dtype", None)
-                    if d is not None:
-                        out.append(d)
-        return tuple(out)
 
     def make(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Key:
         """The tunecache key of a call: kernel, dtypes, non-size key values and revision make
@@ -323,7 +243,7 @@ class KeySpec:
                     f"{self.op}: dims names {name!r}, but its value {value!r} is not a size"
                 )
             else:
-                facts.append(f"{self.dim_names[name]}={escape(_value_text(value))}")
+                facts.append(f"{self.dim_names[name]}={escape(value_text(value))}")
         dtypes = [
             dtype_token(a.dtype)
             for a in (*args[: len(self.arg_names)], *self._kw_values(kwargs))

@@ -154,7 +154,7 @@ class Options:
         a copy): named when first asked, by the kernel's first call, so that applying the
         decorator names none."""
         if self._configs is None:
-            from tunecache.triton.keys import config_name
+            from tunecache.triton.warm import config_name
 
             names: dict[str, Any] = {}
             for config in self.given_configs:
@@ -240,7 +240,7 @@ def _check_tolerance(value: Any) -> Any:
 def _check_configs(configs: Sequence[Any]) -> list[Any]:
     if isinstance(configs, str | bytes) or not isinstance(configs, Sequence):
         raise bad_argument(f"configs is a list of triton.Config, got {configs!r}")
-    # A config that is not config-shaped fails here, with its position (`keys.config_name`,
+    # A config that is not config-shaped fails here, with its position (`warm.config_name`,
     # which names it at the first call, says the same of one).
     for i, config in enumerate(configs):
         if not isinstance(getattr(config, "kwargs", None), Mapping):

@@ -26,6 +26,7 @@ from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
 from tunecache.triton.stored import StoreReader, Unreadable
+from tunecache.triton.warm import triton_unhashed
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
@@ -159,14 +160,6 @@ class Target:
         self.sum = checksum(names)
 
 
-def _unhashed() -> bool:
-    """Whether this process's Triton has yet to hash its installation: a look at its
-    `triton_key`'s lru_cache, nothing imported (tunecache.triton.jitkey loads only then)."""
-    found = getattr(sys.modules.get("triton.runtime.cache"), "triton_key", None)
-    info = getattr(found, "cache_info", None)
-    return callable(info) and info().currsize == 0
-
-
 def loaded_writer() -> Any:
     """This process's writer if its module is loaded, else None: then nothing was queued, and
     a warm process that only meets stored keys never loads it."""
@@ -203,7 +196,7 @@ class KernelStore:
         else:
             db = paths.database_path_of(client, version, cpu, threads, root)
         state = DeviceState(index, found, StoreReader(db, fingerprint(fields)), root)
-        if _unhashed():
+        if triton_unhashed():
             # Before this process's first launch: Triton's installation hash from the file
             # beside the store, not 0.4 s of hashing (tunecache.triton.jitkey).
             from tunecache.triton import jitkey

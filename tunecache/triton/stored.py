@@ -19,11 +19,16 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunecache.triton.warm import store_signature
+
 if TYPE_CHECKING:
     import sqlite3
+
+    from tunecache.triton.warm import Signature
 elif "sqlite3" in sys.modules:
     sqlite3 = sys.modules["sqlite3"]
 else:
@@ -78,6 +83,11 @@ class StoreReader:
     def __init__(self, path: Path | None, device: str) -> None:
         #: the database file (None: the table has none), and the device's fingerprint
         self.path, self.device = path, device
+        #: the store's state (`warm.store_signature`) and the time as this reader first
+        #: looked at it, before its first read: the warm start keeps what the reads answered
+        #: only while the store still is in that state (None: not looked at yet)
+        self.signature: Signature | None = None
+        self.signed_at = 0.0
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
 
@@ -88,6 +98,8 @@ class StoreReader:
         self._conn = None
         if self.path is None:
             return None
+        if self.signature is None:
+            self.signature, self.signed_at = store_signature(self.path), time.time()
         try:
             found = os.stat(self.path)
         except FileNotFoundError:

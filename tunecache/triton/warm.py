@@ -1,0 +1,666 @@
+"""The warm start: a process's first call of a key its store answered before, without the store.
+
+A warm process (one that launched its kernel before, or whose kernel module is loaded) meets
+its stored keys again. Answering the first of them through the store costs that process about
+a dozen modules and SQLite's (`flow`, `state`, `stored`: 8-10 ms on the H200's host, against
+0.6-1.1 ms for Triton's whole `cache_results` path). So a process that read answers from the
+store keeps them, as it exits, in a small file, and the next process of the same kernel on the
+same device reads that file instead, while nothing it depends on has changed:
+
+- *Where*: `<cache root>/triton-warm/<digest>.json`. The digest is of everything that decides
+  which store a kernel reads and what key a call makes there: tunecache's version and this
+  file's format; the device as probed (the GPU's name, compute capability, multiprocessor
+  count, driver and Triton versions: what `gpu.gpu_fields` makes the identity of, or the
+  `device=` given); the kernel's name, argument names, `key`, `dims` and revision (its source,
+  for `revision="auto"`); and its config list, by name. The root is the one the store is
+  under (`root=`, `tunecache.configure(root=...)`, `$TUNECACHE_DIR`, or the user cache folder).
+- *What*: the store's file, its state (below), and each answered call by its Triton tuning key
+  (the key arguments' values and the tensors' dtypes, as text): the config the store chose.
+- *Valid* while the store is in that state: the device, inode, size, modification and change
+  time of its database file and of its write-ahead log (an absent log and an empty one are
+  the same state: neither holds a page). Every write SQLite makes changes one of them, and a
+  change time cannot be set back. The state is kept only where the store had not changed in
+  the 2 s before it was first read (a write within one tick of the file system's clock could
+  otherwise look like none: git's "racy" files), nor since.
+- *Written* at exit (`atexit`), by a process that answered keys from its store and saw it
+  hold still from its first read to its exit; merged with the valid answers already there.
+  A process that tuned or wrote anything changed the store, and writes none: the next one
+  that only reads does. A file that cannot be written is left out, silently: it is a cache.
+- *Not used* for a kernel with `prune_configs_by` (what is legal depends on the call), with
+  `path=` (a store named by its file), in a process whose writer has decisions on their way
+  (`writer` loaded), or with TUNECACHE_TRITON_WARM=0. A call whose key is not in the file
+  takes the path it always took (`flow`), which then serves every later call too.
+
+What a warm start needs is here and nothing else, so that the first call loads this module
+alone: the config names and their launch arguments (`config_name`, `all_kwargs`), the Triton
+tuning key of a call (`RawKey`, which `keys.KeySpec` extends), the GPU's probe and driver
+version, and the root. Everything is stdlib; Triton and torch are the caller's, loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from tunecache.triton.autotuner import Autotuner
+    from tunecache.triton.backend import Backend
+    from tunecache.triton.configs import Choice
+    from tunecache.triton.state import DeviceState
+
+__all__ = [
+    "ENV",
+    "FOLDER",
+    "FORMAT",
+    "LAUNCH_FIELDS",
+    "MAX_NAME_LEN",
+    "SETTLED",
+    "FileState",
+    "RawKey",
+    "Signature",
+    "Source",
+    "WarmStart",
+    "all_kwargs",
+    "backend_source",
+    "config_name",
+    "driver_version",
+    "gpu_probe",
+    "gpu_source",
+    "kernel_module_version",
+    "kernel_source",
+    "named_root",
+    "raw_text",
+    "read_json",
+    "store_signature",
+    "torch_module",
+    "triton_module",
+    "triton_unhashed",
+    "value_text",
+    "write_learned",
+]
+
+#: the environment variable that turns the warm start off ("0", "off", "false", "no")
+ENV = "TUNECACHE_TRITON_WARM"
+#: the folder of the answers' files, under the cache root
+FOLDER = "triton-warm"
+#: the format of an answers' file
+FORMAT = 1
+#: a store written this recently (seconds) before its first read keeps no answers' file: a
+#: change within the same timestamp tick could look like no change
+SETTLED = 2.0
+#: the prefix of the temporary files renamed over an answers' file
+_TEMPORARY = ".warm-"
+
+#: `tunecache.candidates.MAX_NAME_LEN`, spelled out so that naming a config imports neither
+#: the candidate lists nor their digest (a test keeps the two equal)
+MAX_NAME_LEN = 200
+
+#: the launch options of a `triton.Config`, in the order they appear in a config's name
+LAUNCH_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+# -- configs ------------------------------------------------------------------------------------
+
+
+def value_text(value: object) -> str:
+    """One meta-parameter value as text: Python literals by repr (so 1, True, '1' differ)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    return str(value)
+
+
+def config_name(config: Any) -> str:
+    """The identity of a `triton.Config`: its meta-parameters sorted by name, then its launch
+    options, as `BLOCK_M=128,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1`.
+
+    Two configs with the same name launch the same kernel the same way. A config's own
+    `pre_hook` is named by its qualified name; a name over MAX_NAME_LEN characters is cut and
+    ends in a digest of the whole text, so it stays unique.
+    """
+    kwargs = getattr(config, "kwargs", None)
+    if not isinstance(kwargs, Mapping):
+        from tunecache.errors import BadArgumentError
+
+        raise BadArgumentError(
+            "a config is a triton.Config (with .kwargs and .num_warps), "
+            f"got {type(config).__name__}"
+        )
+    parts = [f"{name}={value_text(kwargs[name])}" for name in sorted(kwargs, key=str)]
+    for field in LAUNCH_FIELDS:
+        value = getattr(config, field, None)
+        if value is not None:
+            parts.append(f"{field}={value_text(value)}")
+    override = getattr(config, "ir_override", None)
+    if override is not None:
+        parts.append(f"ir_override={value_text(override)}")
+    hook = getattr(config, "pre_hook", None)
+    if hook is not None:
+        parts.append(f"pre_hook={getattr(hook, '__qualname__', type(hook).__qualname__)}")
+    text = ",".join(parts) or "default"
+    if len(text) > MAX_NAME_LEN or not text.isprintable():
+        from tunecache._digest import sha256
+
+        digest = sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+        shown = "".join(c if c.isprintable() else "?" for c in text)
+        text = f"{shown[: MAX_NAME_LEN - 18]}~{digest}"
+    return text
+
+
+def all_kwargs(config: Any) -> dict[str, Any]:
+    """The keyword arguments that launch a config: Triton's `Config.all_kwargs()`."""
+    method = getattr(config, "all_kwargs", None)
+    if callable(method):
+        return dict(method())
+    out = dict(config.kwargs)
+    for field in ("num_warps", "num_ctas", "num_stages", "maxnreg", "ir_override"):
+        value = getattr(config, field, None)
+        if value is not None:
+            out[field] = value
+    return out
+
+
+# -- a call's key -------------------------------------------------------------------------------
+
+
+def kernel_source(fn: Any) -> str | None:
+    """The source text of a `@triton.jit` kernel (under any `@triton.heuristics`), or None."""
+    inner = fn
+    while inner is not None and getattr(inner, "src", None) is None:
+        inner = getattr(inner, "fn", None)
+    source = getattr(inner, "src", None)
+    return source if isinstance(source, str) else None
+
+
+class RawKey:
+    """A call's Triton tuning key, as a hashable tuple (`raw`): what a kernel's answers are
+    remembered by, in memory and in its answers' file. `keys.KeySpec` extends it with the
+    tunecache key."""
+
+    def __init__(self, arg_names: Any, key: Any) -> None:
+        names = list(arg_names)
+        self.arg_names = tuple(names)
+        self.arg_set = frozenset(names)
+        self.key = tuple(key)
+        #: (position among the arguments, name) of each key argument, in key order
+        self.positions = tuple((names.index(k), k) for k in key)
+
+    def raw(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Triton's tuning key for a call, as a hashable tuple: the values of the key arguments
+        that were passed, then the dtype of every argument that has one (positional first).
+
+        This runs on every call: no allocation beyond the tuple, no string formatting.
+        """
+        n = len(args)
+        out = [
+            args[i] if i < n else kwargs[name]
+            for i, name in self.positions
+            if i < n or name in kwargs
+        ]
+        for a in args[: len(self.arg_names)]:
+            d = getattr(a, "dtype", None)
+            if d is not None:
+                out.append(d)
+        if kwargs:
+            for name, a in kwargs.items():
+                if name in self.arg_set:
+                    d = getattr(a, "dtype", None)
+                    if d is not None:
+                        out.append(d)
+        return tuple(out)
+
+
+#: the types a raw key's value is written as itself (its repr); anything else (a dtype) is its
+#: type's qualified name and its text
+_LITERALS = (int, bool, float, str, type(None))
+
+
+def raw_text(raw: tuple[Any, ...]) -> str:
+    """A raw key as text, the same in every process for the same key: literals by repr, a
+    dtype (or any other value) by its type and its text, `torch.float16` as
+    `('torch.dtype', 'torch.float16')`."""
+    return repr(
+        tuple(
+            value
+            if type(value) in _LITERALS
+            else (f"{type(value).__module__}.{type(value).__qualname__}", str(value))
+            for value in raw
+        )
+    )
+
+
+# -- the device ---------------------------------------------------------------------------------
+
+
+def triton_module() -> Any:
+    """Triton, imported (a decorated kernel's first call needs it); BadArgumentError without."""
+    import importlib
+
+    try:
+        # import_module: Triton and torch ship no type information, and need not be installed.
+        return importlib.import_module("triton")
+    except ImportError as error:
+        from tunecache.errors import BadArgumentError
+
+        raise BadArgumentError(
+            f"tunecache.triton.autotune needs Triton to decorate a kernel: {error}"
+        ) from None
+
+
+def torch_module() -> Any:
+    """torch, imported; BadArgumentError without."""
+    import importlib
+
+    try:
+        return importlib.import_module("torch")
+    except ImportError as error:
+        from tunecache.errors import BadArgumentError
+
+        raise BadArgumentError(f"tunecache.triton needs torch for the GPU: {error}") from None
+
+
+def _leading_version(text: str) -> str | None:
+    """The run of digits and dots `text` starts with, if it starts with a digit."""
+    if not text[:1].isdigit() or not text[:1].isascii():
+        return None
+    end = next((i for i, c in enumerate(text) if c not in "0123456789."), len(text))
+    return text[:end]
+
+
+def kernel_module_version(text: str) -> str | None:
+    r"""The driver's version in /proc/driver/nvidia/version's text ("NVRM version: NVIDIA UNIX
+    Open Kernel Module for x86_64  580.159.04  Release Build ..."), or None: what
+    `re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)", text)` finds, in str methods
+    (compiling that pattern cost each process's first call about 0.1 ms)."""
+    at = text.find("Kernel Module")
+    while at >= 0:
+        rest = text[at + len("Kernel Module") :]
+        after = rest.lstrip()
+        if after != rest:
+            found = _leading_version(after)
+            if found is None and after.startswith("for "):
+                word = after[len("for ") :]
+                end = next((i for i, c in enumerate(word) if c.isspace()), len(word))
+                tail = word[end:]
+                if end and tail.lstrip() != tail:
+                    found = _leading_version(tail.lstrip())
+            if found is not None:
+                return found
+        at = text.find("Kernel Module", at + 1)
+    return None
+
+
+def driver_version() -> str:
+    """The GPU driver's version ("580.159.04"), or the CUDA driver API's ("cuda-13.0")."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
+            found = kernel_module_version(fh.read())
+        if found:
+            return found
+    except OSError:
+        pass
+    torch = torch_module()
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        return f"hip-{hip}"
+    # torch's own private binding: torch has no public call for the CUDA driver API's
+    # version (cudaDriverGetVersion), and this fallback runs only where /proc has none.
+    get = getattr(torch._C, "_cuda_getDriverVersion", None)
+    if callable(get):
+        number = int(get())
+        return f"cuda-{number // 1000}.{number % 1000 // 10}"
+    return "unknown"
+
+
+def gpu_probe(index: int) -> tuple[str, int, int, int, str, str]:
+    """What GPU `index`'s identity is made of (`gpu.gpu_fields` makes it of these): its name,
+    compute capability (major, minor), multiprocessor count, driver and Triton versions."""
+    props = torch_module().cuda.get_device_properties(index)
+    return (
+        str(props.name),
+        int(props.major),
+        int(props.minor),
+        int(props.multi_processor_count),
+        driver_version(),
+        str(triton_module().__version__),
+    )
+
+
+class Source:
+    """How the warm start sees a kernel's devices without its backend: the current device's
+    number, a device's probe (what its identity is made of, as JSON values: equal probes make
+    equal identities) and the client its store is kept for, from the probe."""
+
+    __slots__ = ("client", "current", "probe")
+
+    def __init__(
+        self,
+        current: Callable[[], int],
+        probe: Callable[[int], tuple[Any, ...]],
+        client: Callable[[tuple[Any, ...]], str],
+    ) -> None:
+        self.current, self.probe, self.client = current, probe, client
+
+
+def gpu_source(device: Any) -> Source:
+    """The decorator's GPU backend as the warm start sees it: torch's current device, probed
+    (`gpu_probe`), or the identity `device=` gave (a `tunecache.Device`)."""
+    torch = torch_module()
+    if device is not None:
+        fields, client = tuple(device.fields), str(device.client)
+        return Source(torch.cuda.current_device, lambda index: fields, lambda probe: client)
+    return Source(torch.cuda.current_device, gpu_probe, lambda probe: "triton")
+
+
+def backend_source(backend: Backend) -> Source:
+    """A backend given to the kernel (a CPU one, in the tests) as the warm start sees it: its
+    identity's fields are the probe, and name the client."""
+
+    def probe(index: int) -> tuple[Any, ...]:
+        found = backend.fields(index) if backend.fields is not None else None
+        return tuple(found if found is not None else backend.device(index).fields)
+
+    return Source(backend.current, probe, lambda fields: str(fields[3]))
+
+
+def triton_unhashed() -> bool:
+    """Whether this process's Triton has yet to hash its installation: a look at its
+    `triton_key`'s lru_cache, nothing imported (tunecache.triton.jitkey loads only then)."""
+    found = getattr(sys.modules.get("triton.runtime.cache"), "triton_key", None)
+    info = getattr(found, "cache_info", None)
+    return callable(info) and info().currsize == 0
+
+
+# -- the store's state and the root ------------------------------------------------------------
+
+#: a file's state: (device, inode, size, modification time, change time), in ns
+FileState = tuple[int, int, int, int, int]
+#: the store's state: its database file's, and its write-ahead log's (None: absent or empty)
+Signature = tuple[FileState | None, FileState | None]
+
+
+def _file_state(path: str) -> FileState | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+def store_signature(db: str | os.PathLike[str]) -> Signature:
+    """The store's state as the warm start compares it: its database file's (None: none) and
+    its write-ahead log's, an empty log the same as none (neither holds a page)."""
+    name = os.fspath(db)
+    log = _file_state(name + "-wal")
+    return (_file_state(name), log if log is not None and log[2] > 0 else None)
+
+
+def _newest(signature: Signature) -> float:
+    """The latest modification or change time in a signature, in seconds."""
+    times = [max(s[3], s[4]) for s in signature if s is not None]
+    return max(times, default=0) / 1e9
+
+
+def named_root(given: Any) -> Any:
+    """`tunecache.config.root(given)`'s root: the argument, else the one `configure()` set,
+    else $TUNECACHE_DIR; None for the default (the user cache folder). tunecache.config is
+    asked only where it is loaded: where it is not, nothing configured a root (a test holds
+    the two to the same answers)."""
+    config = sys.modules.get("tunecache.config")
+    if config is not None:
+        return config.root(given)[0]
+    if given is not None:
+        return given
+    return os.environ.get("TUNECACHE_DIR") or None
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's value, or None where it is missing, unreadable or not JSON (the read side
+    of `jsonfile`, here so that a warm start loads nothing more)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _off() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no")
+
+
+# -- a kernel's warm start ----------------------------------------------------------------------
+
+
+class _Device:
+    """One device's answers for a kernel: the file, the store it speaks for, what it answered,
+    and what this process learned from the store (written at exit)."""
+
+    __slots__ = ("answers", "file", "learned", "memo", "signature", "state", "store")
+
+    def __init__(self, file: Path | None) -> None:
+        self.file = file
+        #: the store the file's answers are of, and its state then (None: no valid file)
+        self.store: str | None = None
+        self.signature: list[list[int] | None] | None = None
+        #: raw key text -> config name, from the file (while valid)
+        self.answers: dict[str, str] = {}
+        #: raw key -> choice, answered so far in this process through the file
+        self.memo: dict[tuple[Any, ...], Choice] = {}
+        #: raw key text -> config name, answered by the store in this process (`learn`)
+        self.learned: dict[str, str] = {}
+        #: the kernel's state for this device once its flow opened it (its reader's signature)
+        self.state: DeviceState | None = None
+
+
+class WarmStart:
+    """A kernel's warm start: its answers' files per device, read at its first call, and what
+    its flow learns from the store, written at exit. `lock` is the kernel's, held while a
+    device's file is first read."""
+
+    def __init__(self, kernel: Autotuner, source: Source, lock: Any) -> None:
+        options = kernel.options
+        self.kernel, self.source, self.lock = kernel, source, lock
+        self.raw = RawKey(kernel.arg_names, options.key).raw
+        #: config name -> config, in order, duplicates dropped (as `Options.named_configs`)
+        self.by_name: dict[str, Any] = {}
+        for config in options.given_configs:
+            self.by_name.setdefault(config_name(config), config)
+        self.devices: dict[int, _Device] = {}
+        self._root: Path | None = None
+        self._choices: dict[str, Choice] = {}
+
+    @classmethod
+    def start(cls, kernel: Autotuner, source: Source, lock: Any) -> WarmStart | None:
+        """The kernel's warm start, or None where it has none (see the module's text)."""
+        options = kernel.options
+        if (
+            _off()
+            or options.path is not None
+            or options.early_prune is not None
+            or options.perf_model is not None
+            or len(options.given_configs) < 2
+        ):
+            return None
+        return cls(kernel, source, lock)
+
+    def _file(self, index: int) -> Path | None:
+        """Device `index`'s answers' file (None: the root is not one a store can be under)."""
+        kernel, options = self.kernel, self.kernel.options
+        probe = list(self.source.probe(index))
+        client = self.source.client(tuple(probe))
+        if self._root is None:
+            named = named_root(options.root)
+            if named is None:
+                from tunecache.paths import cache_root
+
+                self._root = cache_root(client)
+            elif not os.fspath(named):
+                return None  # an empty root: the flow refuses it, in its words
+            else:
+                self._root = Path(named).expanduser().absolute()
+        import json
+
+        from tunecache._digest import sha256
+        from tunecache._version import __version__
+
+        revision = options.revision
+        what = json.dumps(
+            [
+                FORMAT,
+                __version__,
+                client,
+                probe,
+                kernel.op,
+                list(kernel.arg_names),
+                list(options.key),
+                options.dims,
+                ["source", kernel_source(kernel.fn)] if revision == "auto" else revision,
+                list(self.by_name),
+            ]
+        )
+        digest = sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return self._root / FOLDER / f"{digest}.json"
+
+    def device(self, index: int) -> _Device:
+        """Device `index`'s answers, its file read when first asked."""
+        found = self.devices.get(index)
+        if found is not None:
+            return found
+        with self.lock:
+            found = self.devices.get(index)
+            if found is None:
+                found = _Device(self._file(index))
+                # A writer with decisions on their way: the store is about to change.
+                if found.file is not None and "tunecache.triton.writer" not in sys.modules:
+                    self._read(found)
+                    if found.store is not None and triton_unhashed():
+                        # Before this process's first launch, as the flow's store does it:
+                        # Triton's installation hash from the file beside the store.
+                        from tunecache.triton import jitkey
+
+                        jitkey.remember(Path(found.store).parent)
+                self.devices[index] = found
+            return found
+
+    def _read(self, device: _Device) -> None:
+        """Take the file's answers where they speak for the store as it is now."""
+        assert device.file is not None
+        data = read_json(device.file)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            return
+        store, recorded, answers = data.get("store"), data.get("signature"), data.get("answers")
+        if not isinstance(store, str) or not isinstance(answers, dict):
+            return
+        signature = _as_lists(store_signature(store))
+        if signature[0] is None or signature != recorded:
+            return
+        by_name = self.by_name
+        if not all(isinstance(k, str) and v in by_name for k, v in answers.items()):
+            return
+        device.answers, device.store, device.signature = answers, store, signature
+
+    def choice(self, index: int, raw: tuple[Any, ...]) -> Choice | None:
+        """The choice the file answers for this call on device `index`, or None."""
+        device = self.devices.get(index)
+        if device is None:
+            device = self.device(index)
+        try:
+            found = device.memo.get(raw)
+        except TypeError:  # a key argument's value is not hashable: the flow says so
+            return None
+        if found is not None:
+            return found
+        name = device.answers.get(raw_text(raw)) if device.answers else None
+        if name is None:
+            return None
+        found = self._choices.get(name)
+        if found is None:
+            config = self.by_name[name]
+            found = (config, all_kwargs(config), getattr(config, "pre_hook", None))
+            self._choices[name] = found
+        device.memo[raw] = found
+        self.kernel.stats["exact"] += 1
+        return found
+
+    def answered(self, index: int) -> dict[tuple[Any, ...], Choice]:
+        """What device `index`'s file answered in this process (the flow's memo starts so)."""
+        device = self.devices.get(index)
+        return {} if device is None else dict(device.memo)
+
+    # -- what the flow learns, written at exit ------------------------------------------------
+
+    def learn(self, state: DeviceState, raw: tuple[Any, ...], name: str) -> None:
+        """A key the store answered on `state`'s device: kept for the device's file, written
+        at exit."""
+        device = self.device(state.index)
+        if device.file is None:
+            return
+        device.state = state
+        device.learned[raw_text(raw)] = name
+        global _registered
+        if self not in _LEARNING:
+            _LEARNING.append(self)
+        if not _registered:
+            import atexit
+
+            atexit.register(write_learned)
+            _registered = True
+
+    def write(self) -> None:
+        """Write each device's file where this process learned answers from a store that held
+        still from the 2 s before its first read to now."""
+        for device in self.devices.values():
+            state = device.state
+            if state is None or not device.learned or device.file is None:
+                continue
+            reader = state.reader
+            signature, signed_at = reader.signature, reader.signed_at
+            if (
+                reader.path is None
+                or signature is None
+                or signature[0] is None
+                or _newest(signature) > signed_at - SETTLED
+                or store_signature(reader.path) != signature
+            ):
+                continue
+            store, recorded = os.fspath(reader.path), _as_lists(signature)
+            if device.store == store and device.signature == recorded:
+                answers = device.answers
+            else:
+                # Read again: another process may have written the file since this one did.
+                fresh = _Device(device.file)
+                self._read(fresh)
+                answers = fresh.answers if fresh.store == store else {}
+            answers = {**answers, **device.learned}
+            value = {"format": FORMAT, "store": store, "signature": recorded, "answers": answers}
+            from tunecache.triton import jsonfile
+
+            try:
+                # The folder under the root, not the root: a root removed meanwhile stays so.
+                device.file.parent.mkdir(exist_ok=True)
+                jsonfile.replace(device.file, value, _TEMPORARY)
+            except OSError:
+                continue
+
+
+def _as_lists(signature: Signature) -> list[list[int] | None]:
+    """A signature as JSON keeps it."""
+    return [None if s is None else list(s) for s in signature]
+
+
+#: the warm starts that learned answers in this process, written at exit
+_LEARNING: list[WarmStart] = []
+_registered = False
+
+
+def write_learned() -> None:
+    """Write every kernel's answers' files (`WarmStart.write`): at exit, or when asked."""
+    for warm in list(_LEARNING):
+        warm.write()
