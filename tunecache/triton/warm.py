@@ -17,9 +17,10 @@ same device reads that file instead, while nothing it depends on has changed:
 - *What*: the store's file, its state (below), and each answered call by its Triton tuning key
   (the key arguments' values and the tensors' dtypes, as text): the config the store chose.
 - *Valid* while the store is in that state: the device, inode, size, modification and change
-  time of its database file and of its write-ahead log (an absent log and an empty one are
-  the same state: neither holds a page). Every write SQLite makes changes one of them, and a
-  change time cannot be set back. The state is kept only where the store had not changed in
+  time of its database file, and the device, inode, size and modification time of its
+  write-ahead log (an absent log and an empty one are the same state: neither holds a page).
+  Every write SQLite makes changes one of them (`store_signature` says why the log's change
+  time is not among them). The state is kept only where the store had not changed in
   the 2 s before it was first read (a write within one tick of the file system's clock could
   otherwise look like none: git's "racy" files), nor since.
 - *Written* at exit (`atexit`), by a process that answered keys from its store and saw it
@@ -378,31 +379,38 @@ def triton_unhashed() -> bool:
 
 # -- the store's state and the root ------------------------------------------------------------
 
-#: a file's state: (device, inode, size, modification time, change time), in ns
-FileState = tuple[int, int, int, int, int]
+#: a file's state: (device, inode, size, modification time[, change time]), times in ns
+FileState = tuple[int, ...]
 #: the store's state: its database file's, and its write-ahead log's (None: absent or empty)
 Signature = tuple[FileState | None, FileState | None]
 
 
-def _file_state(path: str) -> FileState | None:
+def _file_state(path: str, changed: bool) -> FileState | None:
     try:
         found = os.stat(path)
     except OSError:
         return None
-    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+    state = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+    return (*state, found.st_ctime_ns) if changed else state
 
 
 def store_signature(db: str | os.PathLike[str]) -> Signature:
     """The store's state as the warm start compares it: its database file's (None: none) and
-    its write-ahead log's, an empty log the same as none (neither holds a page)."""
+    its write-ahead log's, an empty log the same as none (neither holds a page).
+
+    The log's change time is left out: SQLite, run as root, gives the log its database's owner
+    each time a connection opens it (a change of its change time, nothing written), so every
+    reader would make the state new. Its modification time moves with each frame written; a
+    time set back by hand (a restored copy of a log) is the one change this misses, as it is
+    for any tool that trusts modification times (make, rsync)."""
     name = os.fspath(db)
-    log = _file_state(name + "-wal")
-    return (_file_state(name), log if log is not None and log[2] > 0 else None)
+    log = _file_state(name + "-wal", changed=False)
+    return (_file_state(name, changed=True), log if log is not None and log[2] > 0 else None)
 
 
 def _newest(signature: Signature) -> float:
     """The latest modification or change time in a signature, in seconds."""
-    times = [max(s[3], s[4]) for s in signature if s is not None]
+    times = [max(s[3:]) for s in signature if s is not None]
     return max(times, default=0) / 1e9
 
 
