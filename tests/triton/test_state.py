@@ -99,19 +99,19 @@ print(json.dumps({"stats": kernel.stats, "decoration": sorted(decorated - before
 
 #: every module of tunecache that the first call of a stored key imports in a process that applied
 #: the decorator, answered by the store (no warm start: its store was written in the last 2 s,
-#: `warm.SETTLED`): the warm start's module, which found no answers, the GPU backend and the
-#: machinery a call resolves through, the device identity's checked fields, the store's location,
-#: the key, the candidate list's checksum and the kernel's own reader. Not the Device (its fields
-#: are checked and hashed as it would), the store's modules (its schema: the view is known by its
-#: text), the writer, the pending keys, the bench or the resolver: nothing is written, borrowed or
-#: tuned
+#: `warm.SETTLED`): the warm start's modules (which found no answers, and keep the store's), the
+#: GPU backend and the machinery a call resolves through, the device identity's checked fields, the
+#: store's location, the key, the candidate list's checksum and the kernel's own reader. Not the
+#: Device (its fields are checked and hashed as it would), the store's modules (its schema: the
+#: view is known by its text), the writer, the pending keys, the bench or the resolver: nothing is
+#: written, borrowed or tuned
 FIRST_CALL = {
     *("tunecache._digest", "tunecache._version", "tunecache.candidates", "tunecache.checks"),
     *("tunecache.config", "tunecache.errors", "tunecache.identity", "tunecache.keys"),
     "tunecache.paths",
     *("tunecache.triton.backend", "tunecache.triton.configs", "tunecache.triton.flow"),
     *("tunecache.triton.gpu", "tunecache.triton.keys", "tunecache.triton.state"),
-    *("tunecache.triton.stored", "tunecache.triton.warm"),
+    *("tunecache.triton.kept", "tunecache.triton.stored", "tunecache.triton.warm"),
 }
 
 

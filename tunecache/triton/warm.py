@@ -23,8 +23,9 @@ same device reads that file instead, while nothing it depends on has changed:
   time is not among them). The state is kept only where the store had not changed in
   the 2 s before it was first read (a write within one tick of the file system's clock could
   otherwise look like none: git's "racy" files), nor since.
-- *Written* at exit (`atexit`), by a process that answered keys from its store and saw it
-  hold still from its first read to its exit; merged with the valid answers already there.
+- *Written* at exit (`atexit`, `kept.py`), by a process that answered keys from its store and
+  saw it hold still from its first read to its exit; merged with the valid answers already
+  there.
   A process that tuned or wrote anything changed the store, and writes none: the next one
   that only reads does. A file that cannot be written is left out, silently: it is a cache.
 - *Not used* for a kernel with `prune_configs_by` (what is legal depends on the call), with
@@ -67,7 +68,9 @@ __all__ = [
     "Signature",
     "Source",
     "WarmStart",
+    "Answers",
     "all_kwargs",
+    "as_lists",
     "backend_source",
     "config_name",
     "driver_version",
@@ -83,7 +86,6 @@ __all__ = [
     "triton_module",
     "triton_unhashed",
     "value_text",
-    "write_learned",
 ]
 
 #: the environment variable that turns the warm start off ("0", "off", "false", "no")
@@ -95,8 +97,6 @@ FORMAT = 1
 #: a store written this recently (seconds) before its first read keeps no answers' file: a
 #: change within the same timestamp tick could look like no change
 SETTLED = 2.0
-#: the prefix of the temporary files renamed over an answers' file
-_TEMPORARY = ".warm-"
 
 #: `tunecache.candidates.MAX_NAME_LEN`, spelled out so that naming a config imports neither
 #: the candidate lists nor their digest (a test keeps the two equal)
@@ -408,12 +408,6 @@ def store_signature(db: str | os.PathLike[str]) -> Signature:
     return (_file_state(name, changed=True), log if log is not None and log[2] > 0 else None)
 
 
-def _newest(signature: Signature) -> float:
-    """The latest modification or change time in a signature, in seconds."""
-    times = [max(s[3:]) for s in signature if s is not None]
-    return max(times, default=0) / 1e9
-
-
 def named_root(given: Any) -> Any:
     """`tunecache.config.root(given)`'s root: the argument, else the one `configure()` set,
     else $TUNECACHE_DIR; None for the default (the user cache folder). tunecache.config is
@@ -446,7 +440,7 @@ def _off() -> bool:
 # -- a kernel's warm start ----------------------------------------------------------------------
 
 
-class _Device:
+class Answers:
     """One device's answers for a kernel: the file, the store it speaks for, what it answered,
     and what this process learned from the store (written at exit)."""
 
@@ -480,7 +474,7 @@ class WarmStart:
         self.by_name: dict[str, Any] = {}
         for config in options.given_configs:
             self.by_name.setdefault(config_name(config), config)
-        self.devices: dict[int, _Device] = {}
+        self.devices: dict[int, Answers] = {}
         self._root: Path | None = None
         self._choices: dict[str, Choice] = {}
 
@@ -515,8 +509,14 @@ class WarmStart:
                 self._root = Path(named).expanduser().absolute()
         import json
 
-        from tunecache._digest import sha256
         from tunecache._version import __version__
+
+        # hashlib's where it is loaded (torch and Triton load it): `_digest` is one module more.
+        hashlib = sys.modules.get("hashlib")
+        if hashlib is not None:
+            sha256 = hashlib.sha256
+        else:
+            from tunecache._digest import sha256
 
         revision = options.revision
         what = json.dumps(
@@ -536,7 +536,7 @@ class WarmStart:
         digest = sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:32]
         return self._root / FOLDER / f"{digest}.json"
 
-    def device(self, index: int) -> _Device:
+    def device(self, index: int) -> Answers:
         """Device `index`'s answers, its file read when first asked."""
         found = self.devices.get(index)
         if found is not None:
@@ -544,10 +544,10 @@ class WarmStart:
         with self.lock:
             found = self.devices.get(index)
             if found is None:
-                found = _Device(self._file(index))
+                found = Answers(self._file(index))
                 # A writer with decisions on their way: the store is about to change.
                 if found.file is not None and "tunecache.triton.writer" not in sys.modules:
-                    self._read(found)
+                    self.read(found)
                     if found.store is not None and triton_unhashed():
                         # Before this process's first launch, as the flow's store does it:
                         # Triton's installation hash from the file beside the store.
@@ -557,7 +557,7 @@ class WarmStart:
                 self.devices[index] = found
             return found
 
-    def _read(self, device: _Device) -> None:
+    def read(self, device: Answers) -> None:
         """Take the file's answers where they speak for the store as it is now."""
         assert device.file is not None
         data = read_json(device.file)
@@ -566,7 +566,7 @@ class WarmStart:
         store, recorded, answers = data.get("store"), data.get("signature"), data.get("answers")
         if not isinstance(store, str) or not isinstance(answers, dict):
             return
-        signature = _as_lists(store_signature(store))
+        signature = as_lists(store_signature(store))
         if signature[0] is None or signature != recorded:
             return
         by_name = self.by_name
@@ -606,69 +606,17 @@ class WarmStart:
 
     def learn(self, state: DeviceState, raw: tuple[Any, ...], name: str) -> None:
         """A key the store answered on `state`'s device: kept for the device's file, written
-        at exit."""
+        at exit (`kept.write_learned`)."""
         device = self.device(state.index)
         if device.file is None:
             return
         device.state = state
         device.learned[raw_text(raw)] = name
-        global _registered
-        if self not in _LEARNING:
-            _LEARNING.append(self)
-        if not _registered:
-            import atexit
+        from tunecache.triton import kept
 
-            atexit.register(write_learned)
-            _registered = True
-
-    def write(self) -> None:
-        """Write each device's file where this process learned answers from a store that held
-        still from the 2 s before its first read to now."""
-        for device in self.devices.values():
-            state = device.state
-            if state is None or not device.learned or device.file is None:
-                continue
-            reader = state.reader
-            signature, signed_at = reader.signature, reader.signed_at
-            if (
-                reader.path is None
-                or signature is None
-                or signature[0] is None
-                or _newest(signature) > signed_at - SETTLED
-                or store_signature(reader.path) != signature
-            ):
-                continue
-            store, recorded = os.fspath(reader.path), _as_lists(signature)
-            if device.store == store and device.signature == recorded:
-                answers = device.answers
-            else:
-                # Read again: another process may have written the file since this one did.
-                fresh = _Device(device.file)
-                self._read(fresh)
-                answers = fresh.answers if fresh.store == store else {}
-            answers = {**answers, **device.learned}
-            value = {"format": FORMAT, "store": store, "signature": recorded, "answers": answers}
-            from tunecache.triton import jsonfile
-
-            try:
-                # The folder under the root, not the root: a root removed meanwhile stays so.
-                device.file.parent.mkdir(exist_ok=True)
-                jsonfile.replace(device.file, value, _TEMPORARY)
-            except OSError:
-                continue
+        kept.keep(self)
 
 
-def _as_lists(signature: Signature) -> list[list[int] | None]:
+def as_lists(signature: Signature) -> list[list[int] | None]:
     """A signature as JSON keeps it."""
     return [None if s is None else list(s) for s in signature]
-
-
-#: the warm starts that learned answers in this process, written at exit
-_LEARNING: list[WarmStart] = []
-_registered = False
-
-
-def write_learned() -> None:
-    """Write every kernel's answers' files (`WarmStart.write`): at exit, or when asked."""
-    for warm in list(_LEARNING):
-        warm.write()
