@@ -10,6 +10,7 @@ by the first key a store answers, never by a warm start's first call.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from tunecache.triton.warm import (
     FORMAT,
@@ -78,8 +79,9 @@ def write(warm: WarmStart) -> None:
 
         try:
             # The folder under the root, not the root: a root removed meanwhile stays so.
-            device.file.parent.mkdir(exist_ok=True)
-            jsonfile.replace(device.file, value, _TEMPORARY)
+            file = Path(device.file)
+            file.parent.mkdir(exist_ok=True)
+            jsonfile.replace(file, value, _TEMPORARY)
         except OSError:
             continue
 

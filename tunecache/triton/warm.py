@@ -8,13 +8,16 @@ store keeps them, as it exits, in a small file, and the next process of the same
 same device reads that file instead, while nothing it depends on has changed:
 
 - *Where*: `<cache root>/triton-warm/<digest>.json`. The digest is of everything that decides
-  which store a kernel reads and what key a call makes there: tunecache's version and this
-  file's format; the device as probed (the GPU's name, compute capability, multiprocessor
+  which store a kernel reads and what key a call makes there: this file's format (`FORMAT`,
+  which names the key grammar: a test holds a call's key text, config name and raw key text
+  to the ones of its format, so a change to any of them fails until `FORMAT` moves on); the
+  device as probed (the GPU's name, compute capability, multiprocessor
   count, driver and Triton versions: what `gpu.gpu_fields` makes the identity of, or the
   `device=` given); the kernel's name, argument names, `key`, `dims` and revision (its source,
   for `revision="auto"`); and its config list, by name. The root is the one the store is
   under (`root=`, `tunecache.configure(root=...)`, `$TUNECACHE_DIR`, or the user cache folder).
-- *What*: the store's file, its state (below), and each answered call by its Triton tuning key
+- *What*: the store's file (one under the root: a copied root's file names the original's,
+  and is not used), its state (below), and each answered call by its Triton tuning key
   (the key arguments' values and the tensors' dtypes, as text): the config the store chose.
 - *Valid* while the store is in that state: the device, inode, size, modification and change
   time of its database file, and the device, inode, size and modification time of its
@@ -42,6 +45,7 @@ version, and the root. Everything is stdlib; Triton and torch are the caller's, 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,7 +96,9 @@ __all__ = [
 ENV = "TUNECACHE_TRITON_WARM"
 #: the folder of the answers' files, under the cache root
 FOLDER = "triton-warm"
-#: the format of an answers' file
+#: the format of an answers' file, and of the key texts it answers for: moved on whenever
+#: `config_name`, `raw_text` or `keys.KeySpec.make` write another text for the same call (not
+#: tunecache's version: reading it would cost a warm start's first call one module more)
 FORMAT = 1
 #: a store written this recently (seconds) before its first read keeps no answers' file: a
 #: change within the same timestamp tick could look like no change
@@ -421,16 +427,25 @@ def named_root(given: Any) -> Any:
     return os.environ.get("TUNECACHE_DIR") or None
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's value, or None where it is missing, unreadable or not JSON (the read side
-    of `jsonfile`, here so that a warm start loads nothing more)."""
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """A JSON file's value, or None where it is missing, unreadable, not a regular file (a FIFO
+    would block the open: it is opened without blocking, and looked at first) or not JSON. The
+    read side of `jsonfile`, here so that a warm start loads nothing more."""
     import json
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as fh:
+            return json.loads(fh.read())
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def _off() -> bool:
@@ -446,7 +461,7 @@ class Answers:
 
     __slots__ = ("answers", "file", "learned", "memo", "signature", "state", "store")
 
-    def __init__(self, file: Path | None) -> None:
+    def __init__(self, file: str | None) -> None:
         self.file = file
         #: the store the file's answers are of, and its state then (None: no valid file)
         self.store: str | None = None
@@ -475,7 +490,7 @@ class WarmStart:
         for config in options.given_configs:
             self.by_name.setdefault(config_name(config), config)
         self.devices: dict[int, Answers] = {}
-        self._root: Path | None = None
+        self._root: str | None = None
         self._choices: dict[str, Choice] = {}
 
     @classmethod
@@ -492,7 +507,7 @@ class WarmStart:
             return None
         return cls(kernel, source, lock)
 
-    def _file(self, index: int) -> Path | None:
+    def _file(self, index: int) -> str | None:
         """Device `index`'s answers' file (None: the root is not one a store can be under)."""
         kernel, options = self.kernel, self.kernel.options
         probe = list(self.source.probe(index))
@@ -502,27 +517,18 @@ class WarmStart:
             if named is None:
                 from tunecache.paths import cache_root
 
-                self._root = cache_root(client)
+                self._root = str(cache_root(client))
             elif not os.fspath(named):
                 return None  # an empty root: the flow refuses it, in its words
             else:
-                self._root = Path(named).expanduser().absolute()
+                # As `paths.cache_root` makes it: the store's path starts with it.
+                self._root = str(Path(named).expanduser().absolute())
         import json
-
-        from tunecache._version import __version__
-
-        # hashlib's where it is loaded (torch and Triton load it): `_digest` is one module more.
-        hashlib = sys.modules.get("hashlib")
-        if hashlib is not None:
-            sha256 = hashlib.sha256
-        else:
-            from tunecache._digest import sha256
 
         revision = options.revision
         what = json.dumps(
             [
                 FORMAT,
-                __version__,
                 client,
                 probe,
                 kernel.op,
@@ -533,8 +539,14 @@ class WarmStart:
                 list(self.by_name),
             ]
         )
+        # hashlib's where it is loaded (torch and Triton load it): `_digest` is one module more.
+        hashlib = sys.modules.get("hashlib")
+        if hashlib is not None:
+            sha256 = hashlib.sha256
+        else:
+            from tunecache._digest import sha256
         digest = sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        return self._root / FOLDER / f"{digest}.json"
+        return os.path.join(self._root, FOLDER, f"{digest}.json")
 
     def device(self, index: int) -> Answers:
         """Device `index`'s answers, its file read when first asked."""
@@ -558,19 +570,25 @@ class WarmStart:
             return found
 
     def read(self, device: Answers) -> None:
-        """Take the file's answers where they speak for the store as it is now."""
-        assert device.file is not None
+        """Take the file's answers where they speak for the store as it is now: a store under
+        this kernel's root (a copied root's file names the original's), in the state the file
+        was kept in, answering configs of this kernel's."""
+        assert device.file is not None and self._root is not None
         data = read_json(device.file)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             return
         store, recorded, answers = data.get("store"), data.get("signature"), data.get("answers")
         if not isinstance(store, str) or not isinstance(answers, dict):
             return
+        if not store.startswith(os.path.join(self._root, "")):
+            return
         signature = as_lists(store_signature(store))
         if signature[0] is None or signature != recorded:
             return
         by_name = self.by_name
-        if not all(isinstance(k, str) and v in by_name for k, v in answers.items()):
+        if not all(
+            isinstance(k, str) and isinstance(v, str) and v in by_name for k, v in answers.items()
+        ):
             return
         device.answers, device.store, device.signature = answers, store, signature
 
