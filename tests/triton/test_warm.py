@@ -288,6 +288,7 @@ def test_a_process_answered_by_a_settled_store_keeps_a_file_the_next_one_answers
     assert not first & {"sqlite3", "_sqlite3"}
     assert not {"sqlite3", "_sqlite3", "tunecache.triton.flow"} & set(third["loaded"])
     assert third["warm"]
+    assert third["waited"] == []  # nothing queued: waiting loads nothing (not the store's)
     # What the store holds, read by a real reader, is what both launched.
     assert third["chosen"] == second["chosen"] == [store.choice()] == [FAST]
     # It learned nothing from the store: the file is the one the second process kept.

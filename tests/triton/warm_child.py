@@ -127,8 +127,10 @@ def main(argv: list[str]) -> None:
             m for m in sys.modules if m.startswith(("tunecache.", "sqlite3", "_sqlite3"))
         ),
     }
-    if "tunecache.triton.writer" in sys.modules:
-        assert kernel.wait_pending(timeout=60)  # the records in the store before the exit
+    # The records in the store before the exit; and what waiting for them loads.
+    before = set(sys.modules)
+    assert kernel.wait_pending(timeout=60)
+    report["waited"] = sorted(set(sys.modules) - before)
     if "--describe" in argv:
         args = (Tensor(), Tensor(), sizes[0])
         flow = kernel._ready()

@@ -314,7 +314,7 @@ class Autotuner:
         process has tuned is in the store (`tunecache.triton.flush`); False on timeout."""
         # Neither module is loaded for this: a process that met only stored keys queued
         # nothing, and waits for nothing (no pending keys made, no writer loaded).
-        from tunecache.triton.state import loaded_writer
+        from tunecache.triton.warm import loaded_writer
 
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._flow is not None and not self._flow.wait_pending(timeout):

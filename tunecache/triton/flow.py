@@ -38,8 +38,8 @@ from tunecache.triton.state import (
     OldEntry,
     Target,
     WarnOnce,
-    loaded_writer,
 )
+from tunecache.triton.warm import loaded_writer
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord

@@ -12,7 +12,6 @@ written leaves the tunings in memory, with one warning per kernel and cause.
 
 from __future__ import annotations
 
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
 from tunecache.triton.options import Options
 from tunecache.triton.stored import StoreReader, Unreadable
-from tunecache.triton.warm import triton_unhashed
+from tunecache.triton.warm import loaded_writer, triton_unhashed
 
 if TYPE_CHECKING:
     from tunecache.codec import TimingRecord
@@ -158,13 +157,6 @@ class Target:
         self.state, self.key, self.names = state, key, names
         #: the candidate list's checksum, as entries are stored under it
         self.sum = checksum(names)
-
-
-def loaded_writer() -> Any:
-    """This process's writer if its module is loaded, else None: then nothing was queued, and
-    a warm process that only meets stored keys never loads it."""
-    module = sys.modules.get("tunecache.triton.writer")
-    return None if module is None else module.WRITER
 
 
 class KernelStore:

@@ -82,6 +82,7 @@ __all__ = [
     "gpu_source",
     "kernel_module_version",
     "kernel_source",
+    "loaded_writer",
     "named_root",
     "raw_text",
     "read_json",
@@ -383,6 +384,14 @@ def triton_unhashed() -> bool:
     return callable(info) and info().currsize == 0
 
 
+def loaded_writer() -> Any:
+    """This process's writer (`tunecache.triton.writer.WRITER`) if its module is loaded, else
+    None: then nothing was queued, and a warm process that only meets stored keys never loads
+    it (nor, asking this, the store's modules: `Autotuner.wait_pending`)."""
+    module = sys.modules.get("tunecache.triton.writer")
+    return None if module is None else module.WRITER
+
+
 # -- the store's state and the root ------------------------------------------------------------
 
 #: a file's state: (device, inode, size, modification time[, change time]), times in ns
@@ -558,7 +567,7 @@ class WarmStart:
             if found is None:
                 found = Answers(self._file(index))
                 # A writer with decisions on their way: the store is about to change.
-                if found.file is not None and "tunecache.triton.writer" not in sys.modules:
+                if found.file is not None and loaded_writer() is None:
                     self.read(found)
                     if found.store is not None and triton_unhashed():
                         # Before this process's first launch, as the flow's store does it:
