@@ -147,6 +147,7 @@ class Store:
         signature = lists(warm.store_signature(self.db))
         return {
             "format": warm.FORMAT,
+            "code": warm.code_witness(),
             "store": str(self.db),
             "signature": signature,
             "answers": answers,
@@ -580,7 +581,7 @@ def _keep_file(store: Store) -> None:
     launch(answered, 96)
     assert answered.stats["exact"] == 1 and answered.stats["tuned"] == 0
     assert answered.warm_start is not None
-    kept.write(answered.warm_start)  # what its exit would do
+    assert kept.write(answered.warm_start.devices[0])  # what its exit would do
     assert len(store.kept()["answers"]) == 1
 
 

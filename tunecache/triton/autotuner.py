@@ -192,8 +192,15 @@ class Autotuner:
     def cache(self) -> dict[tuple[Any, ...], Any]:
         """Tuning key -> config answered so far on the current device (Triton's `cache`)."""
         flow = self._ready()
-        state = flow.states.get(flow.backend.current())
-        return {} if state is None else {raw: c[0] for raw, c in state.memo.items()}
+        index = flow.backend.current()
+        state = flow.states.get(index)
+        warm = self.warm_start
+        # A device's state starts with what the warm start answered; before it is opened,
+        # those answers are the warm start's alone.
+        found = dict(warm.answered(index)) if warm is not None and state is None else {}
+        if state is not None:
+            found.update(state.memo)
+        return {raw: c[0] for raw, c in found.items()}
 
     # -- launching ------------------------------------------------------------------------------
 
@@ -203,9 +210,11 @@ class Autotuner:
     @property
     def warm_start(self) -> WarmStart | None:
         """The kernel's warm start (`warm.WarmStart`: answers kept from earlier processes),
-        made by the first call; None where it has none, or before."""
+        made when first asked (by the first call, or by its flow); None where it has none."""
         found = self._warm
-        return None if found is None or isinstance(found, bool) else found
+        if found is None:
+            found = self._start()
+        return None if isinstance(found, bool) else found
 
     def _start(self) -> WarmStart | bool:
         """Make the warm start, once; False where there is none or it cannot probe the device
@@ -247,8 +256,11 @@ class Autotuner:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Launch the kernel with the config this call's key resolves to."""
         choice = self._single
-        if choice is None and self._flow is None and self._warm is not False:
-            choice = self._warm_choice(args, kwargs)
+        if choice is None and self._flow is None:
+            # Before any miss: the warm start answers, a dict lookup a call once answered.
+            warm = self._warm
+            if warm is not False:
+                choice = self._warm_choice(args, kwargs)
         if choice is None:
             flow = self._flow
             if flow is None:

@@ -73,9 +73,12 @@ __all__ = [
     "Source",
     "WarmStart",
     "Answers",
+    "DATABASE_NAME",
+    "MAX_FILE",
     "all_kwargs",
     "as_lists",
     "backend_source",
+    "code_witness",
     "config_name",
     "driver_version",
     "gpu_probe",
@@ -85,6 +88,7 @@ __all__ = [
     "loaded_writer",
     "named_root",
     "raw_text",
+    "read_answers",
     "read_json",
     "store_signature",
     "torch_module",
@@ -447,12 +451,13 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_size > MAX_FILE:
+            return None  # a device would read forever, a huge file fill the memory
         with open(fd, "rb", closefd=False) as fh:
-            return json.loads(fh.read())
-    except (OSError, ValueError):
-        return None
+            return json.loads(fh.read(MAX_FILE + 1))
+    except (OSError, ValueError, RecursionError, MemoryError):
+        return None  # RecursionError: "[" nested deeper than the parser goes
     finally:
         os.close(fd)
 
@@ -464,42 +469,123 @@ def _off() -> bool:
 # -- a kernel's warm start ----------------------------------------------------------------------
 
 
+#: the largest answers' file read (bytes): a kernel's thousands of keys take a few hundred KiB
+MAX_FILE = 8 << 20
+
+
+def code_witness() -> list[int]:
+    """The state of the code that made an answers' file: inode, size and modification time of
+    this module and of tunecache's version file. An upgrade or reinstall (which may move the
+    store, or change how it answers) rewrites both; a file of other code is not used. Two
+    stats: no module more."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out: list[int] = []
+    for name in (os.path.join(here, "warm.py"), os.path.join(here, "..", "_version.py")):
+        try:
+            found = os.stat(name)
+        except OSError:
+            out += [0, 0, 0]
+        else:
+            out += [found.st_ino, found.st_size, found.st_mtime_ns]
+    return out
+
+
+def read_answers(
+    file: str, root: str, names: Any
+) -> tuple[str, list[list[int] | None], dict[str, str]] | None:
+    """An answers' file's store, the store's state it was kept in and its answers, where they
+    speak for that store as it is now; None otherwise. Its store must be a device's file under
+    `root` (`<root>/tune/<version>/<device>/cache.db`: a copied root's file names the original's
+    store, a nested root's another's), in the state kept, by the code that kept it, answering
+    configs among `names`."""
+    data = read_json(file)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    store, recorded, answers = data.get("store"), data.get("signature"), data.get("answers")
+    if not isinstance(store, str) or not isinstance(answers, dict):
+        return None
+    parts = store[len(root) :].split(os.sep)
+    if (
+        not store.startswith(root)
+        or len(parts) != 5
+        or parts[:2] != ["", "tune"]
+        or parts[4] != DATABASE_NAME
+        or data.get("code") != code_witness()
+    ):
+        return None
+    signature = as_lists(store_signature(store))
+    if signature[0] is None or signature != recorded:
+        return None
+    if not all(
+        isinstance(k, str) and isinstance(v, str) and v in names for k, v in answers.items()
+    ):
+        return None
+    return store, signature, answers
+
+
+#: `tunecache.paths.DATABASE_NAME`, spelled out (a test keeps the two equal)
+DATABASE_NAME = "cache.db"
+
+
 class Answers:
-    """One device's answers for a kernel: the file, the store it speaks for, what it answered,
-    and what this process learned from the store (written at exit)."""
+    """One device's answers for a kernel: its file, the store the file speaks for and that
+    store's state, what the file answered in this process, and what the store did (kept at
+    exit by `kept.py`, which holds these alone: never the kernel, nor its store)."""
 
-    __slots__ = ("answers", "file", "learned", "memo", "signature", "state", "store")
+    __slots__ = (
+        "answers",
+        "file",
+        "fresh",
+        "kept",
+        "learned",
+        "memo",
+        "names",
+        "reader",
+        "root",
+        "signature",
+        "store",
+    )
 
-    def __init__(self, file: str | None) -> None:
-        self.file = file
+    def __init__(self, file: str | None, root: str, names: Any) -> None:
+        self.file, self.root, self.names = file, root, names
         #: the store the file's answers are of, and its state then (None: no valid file)
         self.store: str | None = None
         self.signature: list[list[int] | None] | None = None
         #: raw key text -> config name, from the file (while valid)
         self.answers: dict[str, str] = {}
+        #: whether the store's state was checked since the last answer taken from the file
+        self.fresh = False
         #: raw key -> choice, answered so far in this process through the file
         self.memo: dict[tuple[Any, ...], Choice] = {}
         #: raw key text -> config name, answered by the store in this process (`learn`)
         self.learned: dict[str, str] = {}
-        #: the kernel's state for this device once its flow opened it (its reader's signature)
-        self.state: DeviceState | None = None
+        #: the store's reader's path, state and time of its first look (`StoreReader`), once
+        #: it answered a key
+        self.reader: tuple[str, Signature, float] | None = None
+        #: whether `kept` writes it at exit
+        self.kept = False
+
+    def read(self) -> None:
+        """Take the file's answers where they speak for the store as it is now."""
+        found = None if self.file is None else read_answers(self.file, self.root, self.names)
+        if found is not None:
+            self.store, self.signature, self.answers = found
+            self.fresh = True
 
 
 class WarmStart:
     """A kernel's warm start: its answers' files per device, read at its first call, and what
     its flow learns from the store, written at exit. `lock` is the kernel's, held while a
-    device's file is first read."""
+    device's file is first read and while an answer is taken from it."""
 
     def __init__(self, kernel: Autotuner, source: Source, lock: Any) -> None:
         options = kernel.options
         self.kernel, self.source, self.lock = kernel, source, lock
         self.raw = RawKey(kernel.arg_names, options.key).raw
-        #: config name -> config, in order, duplicates dropped (as `Options.named_configs`)
-        self.by_name: dict[str, Any] = {}
-        for config in options.given_configs:
-            self.by_name.setdefault(config_name(config), config)
+        #: config name -> config, in order, duplicates dropped
+        self.by_name: dict[str, Any] = options.named_configs
         self.devices: dict[int, Answers] = {}
-        self._root: str | None = None
+        self._roots: dict[str, str | None] = {}
         self._choices: dict[str, Choice] = {}
 
     @classmethod
@@ -516,22 +602,31 @@ class WarmStart:
             return None
         return cls(kernel, source, lock)
 
-    def _file(self, index: int) -> str | None:
-        """Device `index`'s answers' file (None: the root is not one a store can be under)."""
+    def _root(self, client: str) -> str | None:
+        """The cache root of `client`'s store, as `paths.cache_root` makes it (None: an empty
+        root, which the flow refuses in its words)."""
+        if client not in self._roots:
+            named = named_root(self.kernel.options.root)
+            if named is None:
+                # The user cache folder: platformdirs (about 5 ms to import; a root named by
+                # root=, configure() or $TUNECACHE_DIR costs nothing).
+                from tunecache.paths import cache_root
+
+                self._roots[client] = str(cache_root(client))
+            elif not os.fspath(named):
+                self._roots[client] = None
+            else:
+                self._roots[client] = str(Path(named).expanduser().absolute())
+        return self._roots[client]
+
+    def _file(self, index: int) -> tuple[str | None, str]:
+        """Device `index`'s answers' file (None: no root a store can be under) and its root."""
         kernel, options = self.kernel, self.kernel.options
         probe = list(self.source.probe(index))
         client = self.source.client(tuple(probe))
-        if self._root is None:
-            named = named_root(options.root)
-            if named is None:
-                from tunecache.paths import cache_root
-
-                self._root = str(cache_root(client))
-            elif not os.fspath(named):
-                return None  # an empty root: the flow refuses it, in its words
-            else:
-                # As `paths.cache_root` makes it: the store's path starts with it.
-                self._root = str(Path(named).expanduser().absolute())
+        root = self._root(client)
+        if root is None:
+            return None, ""
         import json
 
         revision = options.revision
@@ -555,20 +650,20 @@ class WarmStart:
         else:
             from tunecache._digest import sha256
         digest = sha256(what.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        return os.path.join(self._root, FOLDER, f"{digest}.json")
+        return os.path.join(root, FOLDER, f"{digest}.json"), root
 
-    def device(self, index: int) -> Answers:
-        """Device `index`'s answers, its file read when first asked."""
+    def device(self, index: int, read: bool = True) -> Answers:
+        """Device `index`'s answers, its file read when first asked (unless not `read`)."""
         found = self.devices.get(index)
         if found is not None:
             return found
         with self.lock:
             found = self.devices.get(index)
             if found is None:
-                found = Answers(self._file(index))
+                found = Answers(*self._file(index), self.by_name)
                 # A writer with decisions on their way: the store is about to change.
-                if found.file is not None and loaded_writer() is None:
-                    self.read(found)
+                if read and found.file is not None and loaded_writer() is None:
+                    found.read()
                     if found.store is not None and triton_unhashed():
                         # Before this process's first launch, as the flow's store does it:
                         # Triton's installation hash from the file beside the store.
@@ -577,29 +672,6 @@ class WarmStart:
                         jitkey.remember(Path(found.store).parent)
                 self.devices[index] = found
             return found
-
-    def read(self, device: Answers) -> None:
-        """Take the file's answers where they speak for the store as it is now: a store under
-        this kernel's root (a copied root's file names the original's), in the state the file
-        was kept in, answering configs of this kernel's."""
-        assert device.file is not None and self._root is not None
-        data = read_json(device.file)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            return
-        store, recorded, answers = data.get("store"), data.get("signature"), data.get("answers")
-        if not isinstance(store, str) or not isinstance(answers, dict):
-            return
-        if not store.startswith(os.path.join(self._root, "")):
-            return
-        signature = as_lists(store_signature(store))
-        if signature[0] is None or signature != recorded:
-            return
-        by_name = self.by_name
-        if not all(
-            isinstance(k, str) and isinstance(v, str) and v in by_name for k, v in answers.items()
-        ):
-            return
-        device.answers, device.store, device.signature = answers, store, signature
 
     def choice(self, index: int, raw: tuple[Any, ...]) -> Choice | None:
         """The choice the file answers for this call on device `index`, or None."""
@@ -610,38 +682,60 @@ class WarmStart:
             found = device.memo.get(raw)
         except TypeError:  # a key argument's value is not hashable: the flow says so
             return None
-        if found is not None:
+        if found is not None or not device.answers:
             return found
-        name = device.answers.get(raw_text(raw)) if device.answers else None
+        name = device.answers.get(raw_text(raw))
         if name is None:
             return None
-        found = self._choices.get(name)
-        if found is None:
-            config = self.by_name[name]
-            found = (config, all_kwargs(config), getattr(config, "pre_hook", None))
-            self._choices[name] = found
-        device.memo[raw] = found
-        self.kernel.stats["exact"] += 1
-        return found
+        with self.lock:
+            found = device.memo.get(raw)
+            if found is not None:
+                return found
+            if not device.fresh:
+                # A key new to this process: answered only while the store is still in the
+                # state the file was kept in (another process may have written it since).
+                assert device.store is not None
+                if as_lists(store_signature(device.store)) != device.signature:
+                    device.answers = {}
+                    return None
+            device.fresh = False
+            found = self._choices.get(name)
+            if found is None:
+                config = self.by_name[name]
+                found = (config, all_kwargs(config), getattr(config, "pre_hook", None))
+                self._choices[name] = found
+            device.memo[raw] = found
+            self.kernel.stats["exact"] += 1
+            return found
 
     def answered(self, index: int) -> dict[tuple[Any, ...], Choice]:
         """What device `index`'s file answered in this process (the flow's memo starts so)."""
-        device = self.devices.get(index)
-        return {} if device is None else dict(device.memo)
+        with self.lock:
+            device = self.devices.get(index)
+            return {} if device is None else dict(device.memo)
 
     # -- what the flow learns, written at exit ------------------------------------------------
 
     def learn(self, state: DeviceState, raw: tuple[Any, ...], name: str) -> None:
-        """A key the store answered on `state`'s device: kept for the device's file, written
-        at exit (`kept.write_learned`)."""
-        device = self.device(state.index)
-        if device.file is None:
-            return
-        device.state = state
-        device.learned[raw_text(raw)] = name
-        from tunecache.triton import kept
+        """A key the store answered on `state`'s device, through its reader: kept for the
+        device's file, written at exit (`kept.write_learned`). Never raises: the caller is a
+        launch, and the file a cache."""
+        try:
+            reader = state.reader
+            if reader.path is None or reader.signature is None:
+                return
+            device = self.device(state.index, read=False)
+            if device.file is None:
+                return
+            if device.reader is None:
+                device.reader = (os.fspath(reader.path), reader.signature, reader.signed_at)
+            device.learned[raw_text(raw)] = name
+            if not device.kept:
+                from tunecache.triton import kept
 
-        kept.keep(self)
+                kept.keep(device)
+        except Exception:
+            return
 
 
 def as_lists(signature: Signature) -> list[list[int] | None]:
