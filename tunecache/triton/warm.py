@@ -455,7 +455,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         if not stat.S_ISREG(found.st_mode) or found.st_size > MAX_FILE:
             return None  # a device would read forever, a huge file fill the memory
         with open(fd, "rb", closefd=False) as fh:
-            return json.loads(fh.read(MAX_FILE + 1))
+            # At most what fstat said, and one byte: a file growing meanwhile reads as cut
+            # short (not JSON); a size given to read() is a buffer made at once.
+            return json.loads(fh.read(found.st_size + 1))
     except (OSError, ValueError, RecursionError, MemoryError):
         return None  # RecursionError: "[" nested deeper than the parser goes
     finally:
