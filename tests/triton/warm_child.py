@@ -2,7 +2,8 @@
 tests (test_warm.py).
 
     python -m tests.triton.warm_child [--n N]... [--blocks 32,64] [--src TEXT]
-                                      [--unseen tune|borrow] [--describe] [--hold]
+                                      [--unseen tune|borrow] [--touch configs|key]
+                                      [--describe] [--hold]
 
 It makes stand-ins for torch (one H200) and Triton 3.6.0, as a process that launched its kernel
 before has them loaded, decorates a kernel-shaped object with `tunecache.triton.autotune`
@@ -14,8 +15,11 @@ It prints one JSON line: the kernel's stats; the modules the first call imported
 call's config, by name (`chosen`); whether the kernel has a warm start; tunecache's and SQLite's
 modules loaded after the calls (`loaded`); and with `--describe` (asked after everything else,
 so that the first call is as it would be) the first key's text, the config list's checksum, the
-store's file, the device's fingerprint, and the state the store reader saw and when. `--hold`
-then waits for a line on stdin before it exits.
+store's file, the device's fingerprint, and the state the store reader saw and when. `--touch`
+asks the kernel's `configs` or its `key(...)` for the first size before the first call (either
+builds its flow first). `--hold` then reads lines on stdin: each that is a number calls the
+kernel again with that size and prints a JSON line (that call's config, by name, the stats, and
+the modules loaded); any other line, or the end of stdin, is the go to exit.
 
 The store is the test's (TUNECACHE_DIR). Nothing is imported before the first call but what
 applying the decorator imports and the stdlib modules above: the first call imports what a warm
@@ -108,6 +112,11 @@ def main(argv: list[str]) -> None:
         flush_l2=False,
         do_bench=timer,
     )(kernel_fn)
+    touch = options.get("--touch")
+    if touch == "configs":
+        assert len(kernel.configs) == len(blocks)
+    elif touch == "key":
+        kernel.key(Tensor(), Tensor(), sizes[0])
     chosen = []
     before = set(sys.modules)
     kernel[(1,)](Tensor(), Tensor(), sizes[0])
@@ -123,9 +132,7 @@ def main(argv: list[str]) -> None:
         "first": first,
         "chosen": chosen,
         "warm": kernel.warm_start is not None,
-        "loaded": sorted(
-            m for m in sys.modules if m.startswith(("tunecache.", "sqlite3", "_sqlite3"))
-        ),
+        "loaded": loaded(),
     }
     # The records in the store before the exit; and what waiting for them loads.
     before = set(sys.modules)
@@ -146,7 +153,18 @@ def main(argv: list[str]) -> None:
         }
     print(json.dumps(report), flush=True)
     if "--hold" in argv:
-        sys.stdin.readline()  # the parent's go to exit (and keep what it learned)
+        # More calls, one a line, until the parent's go to exit (and keep what it learned).
+        for line in sys.stdin:
+            if not line.strip().isdigit():
+                break
+            kernel[(1,)](Tensor(), Tensor(), int(line))
+            called = {"chosen": warm.config_name(kernel.best_config), "stats": kernel.stats}
+            print(json.dumps({**called, "loaded": loaded()}), flush=True)
+
+
+def loaded() -> list[str]:
+    """tunecache's and SQLite's modules loaded now."""
+    return sorted(m for m in sys.modules if m.startswith(("tunecache.", "sqlite3", "_sqlite3")))
 
 
 if __name__ == "__main__":
