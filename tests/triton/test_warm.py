@@ -576,12 +576,6 @@ def test_a_file_nested_too_deep_or_too_big_is_no_file(
     assert store.kept() == store.valid({child_raw_text(64): FAST})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: warm.read_answers lets os.stat's ValueError out (a NUL in the store's path, "
-    "valid JSON): the first call turns the warm start off, so the file is never kept valid "
-    "again; at exit kept.write raises out of write_learned (a traceback on stderr)",
-)
 @pytest.mark.parametrize("touched", [None, "configs"], ids=["first call", "flow built first"])
 def test_a_file_naming_a_path_no_file_can_have_is_no_file(
     gpu_store: Store, touched: str | None

@@ -92,6 +92,11 @@ def write(device: Answers) -> bool:
 
 
 def write_learned() -> None:
-    """Write every device's answers' file (`write`): at exit, or when asked."""
+    """Write every device's answers' file (`write`): at exit, or when asked. One that fails
+    for any reason is left unwritten, and the others are still written: at exit, nothing of a
+    cache's may print a traceback over the program's own last words."""
     for device in list(_LEARNING):
-        write(device)
+        try:
+            write(device)
+        except Exception:
+            continue

@@ -407,7 +407,7 @@ Signature = tuple[FileState | None, FileState | None]
 def _file_state(path: str, changed: bool) -> FileState | None:
     try:
         found = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the name (from a damaged file)
         return None
     state = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
     return (*state, found.st_ctime_ns) if changed else state
