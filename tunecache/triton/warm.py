@@ -120,11 +120,14 @@ LAUNCH_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # -- configs ------------------------------------------------------------------------------------
 
 
+#: the values `value_text` writes by repr (a tuple: `bool | int | float | str` is a new union
+#: object each time it is evaluated, and a warm start's first call names every config)
+_REPR_TYPES = (bool, int, float, str, type(None))
+
+
 def value_text(value: object) -> str:
     """One meta-parameter value as text: Python literals by repr (so 1, True, '1' differ)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return repr(value)
-    return str(value)
+    return repr(value) if isinstance(value, _REPR_TYPES) else str(value)
 
 
 def config_name(config: Any) -> str:
