@@ -22,9 +22,8 @@ from tests.triton.fake import (
     tuner,
 )
 from tunecache.errors import BadArgumentError
-from tunecache.triton.autotuner import Autotuner
+from tunecache.triton.autotuner import Autotuner, Options
 from tunecache.triton.keys import config_name
-from tunecache.triton.options import Options
 
 
 @pytest.mark.parametrize(

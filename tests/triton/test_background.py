@@ -19,8 +19,8 @@ from tests.triton.fake import (
     tuner,
 )
 from tunecache.errors import TunecacheWarning
+from tunecache.triton.autotuner import Options
 from tunecache.triton.background import PendingItem, PendingKeys
-from tunecache.triton.options import Options
 from tunecache.triton.state import WarnOnce
 
 

@@ -20,10 +20,9 @@ from tests.triton.fake import (
     tuner,
 )
 from tunecache.errors import BadArgumentError
-from tunecache.triton.autotuner import Autotuner
+from tunecache.triton.autotuner import Autotuner, Options
 from tunecache.triton.configs import ConfigSet, NoConfigError, all_kwargs
 from tunecache.triton.keys import config_name
-from tunecache.triton.options import Options
 
 
 def test_duplicate_configs_count_once_and_the_list_has_a_checksum() -> None:

@@ -59,7 +59,6 @@ DECORATION = {
     "tunecache",
     "tunecache.triton",
     "tunecache.triton.autotuner",
-    "tunecache.triton.options",
 }
 
 #: a process that applies the decorator to a kernel-shaped object and then calls it; it prints

@@ -1,4 +1,4 @@
-"""tunecache.triton.options: every argument is checked when the decorator is made."""
+"""tunecache.triton.autotuner's Options: every argument is checked when the decorator is made."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import tunecache.triton as tct
 from tests.triton.fake import configs
 from tunecache.errors import BadArgumentError
-from tunecache.triton import options as options_module
-from tunecache.triton.options import DEFAULTS, Options
+from tunecache.triton import autotuner as options_module
+from tunecache.triton.autotuner import DEFAULTS, Options
 
 
 @pytest.mark.parametrize(

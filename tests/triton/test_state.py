@@ -17,7 +17,7 @@ from tunecache.device import Device
 from tunecache.errors import BadArgumentError, TunecacheWarning
 from tunecache.keys import make_key
 from tunecache.triton import stored
-from tunecache.triton.options import Options
+from tunecache.triton.autotuner import Options
 from tunecache.triton.state import KernelStore, Target, WarnOnce
 
 

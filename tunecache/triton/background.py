@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tunecache.triton.autotuner import Options
 from tunecache.triton.backend import Backend
-from tunecache.triton.options import Options
 from tunecache.triton.state import Target, WarnOnce
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tunecache.errors import BadArgumentError
-from tunecache.triton.options import Options
+from tunecache.triton.autotuner import Options
 from tunecache.triton.warm import all_kwargs, config_name
 
 __all__ = ["Choice", "ConfigSet", "NoConfigError", "all_kwargs"]

@@ -92,7 +92,7 @@ class Flow:
                 raise BadArgumentError("autotune needs at least one config")
             configs, names = [backend.default_config()], None
         op = kernel.spec.op
-        #: the configs by name, with Triton's pruning of them (named once, by `options`)
+        #: the configs by name, with Triton's pruning of them (named once, by `Options`)
         self.configs = ConfigSet(configs, options, op, backend.no_config_error, names)
         #: what every call launches when there is one config: no key, no store, as in Triton
         self.single: Choice | None = (

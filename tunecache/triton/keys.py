@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tunecache.errors import BadArgumentError, BadKeyError
-from tunecache.triton.options import key_problem
+from tunecache.triton.autotuner import key_problem
 from tunecache.triton.warm import RawKey, config_name, kernel_source, value_text
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tunecache.errors import BadArgumentError
+from tunecache.triton.autotuner import Options
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import ConfigSet, all_kwargs
-from tunecache.triton.options import Options
 from tunecache.triton.writer import WRITER
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from tunecache import paths
 from tunecache.candidates import checksum
 from tunecache.errors import StoreError, TunecacheError, TunecacheWarning
 from tunecache.identity import check_fields, fingerprint
+from tunecache.triton.autotuner import Options
 from tunecache.triton.backend import Backend
 from tunecache.triton.configs import Choice
-from tunecache.triton.options import Options
 from tunecache.triton.stored import StoreReader, Unreadable
 from tunecache.triton.warm import loaded_writer, triton_unhashed
 
