@@ -8,14 +8,18 @@ are put in `sys.modules` first, as a process that launched its kernel before has
 and a kernel-shaped object with Triton's launch interface is decorated with
 `tunecache.triton.autotune` as fresh.py decorates it (`unseen="borrow"`, the output check on,
 the store under a root of its own). A setup process tunes the key once and flushes its record;
-then each run is a fresh process (bytecode compiled beforehand, PYTHONDONTWRITEBYTECODE unset,
-as an installed package runs) that times:
+once the store has held still for `warm.SETTLED` seconds, one process answers the key from the
+store and keeps the warm start's file at exit; then each run is a fresh process (bytecode
+compiled beforehand, PYTHONDONTWRITEBYTECODE unset, as an installed package runs) that times:
 
 - the decoration: `import tunecache.triton` and applying the decorator;
 - the first call of the stored key (the GPU backend on the stand-ins, the device identity, the
   store located, sqlite3 and one read, the launch), after a garbage collection, as fresh.py
   times it (there the driver's version comes from /proc; the stand-in's from "torch");
 - the second call (one dict lookup and the launch);
+
+"this" answers from the warm start's file; "store", the same tree with TUNECACHE_TRITON_WARM=0
+on the same store, through the store, as every first call did before the warm start;
 
 and a baseline process that does what Triton's `cache_results` path does on a hit, with no GPU:
 read a JSON file of the key's config and launch it from a dict; and a floor process that does
