@@ -1095,3 +1095,86 @@ def test_the_key_grammar_is_the_one_the_format_names() -> None:
     config = Config({"BLOCK": 64})
     found = (spec.make(args, {}).text, warm.config_name(config), warm.raw_text(spec.raw(args, {})))
     assert GRAMMAR[warm.FORMAT] == found
+
+
+# -- what the second review found ----------------------------------------------------------------
+
+
+def _raw(kernel: Autotuner, m: int) -> tuple[Any, ...]:
+    """The Triton tuning key of `launch(kernel, m)`."""
+    assert kernel.warm_start is not None
+    return kernel.warm_start.raw((*operands(m), m, 40, 48), {})
+
+
+def test_a_key_the_file_does_not_answer_leaves_the_next_one_to_be_checked_again(
+    cpu_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _keep_file(cpu_store)  # the file answers m=96 only
+    monkeypatch.delitem(sys.modules, "tunecache.triton.writer", raising=False)
+    kernel = tuner(CpuKernel())
+    warm_start = kernel.warm_start
+    assert warm_start is not None
+    # The call that reads the file asks for a key it does not hold (a second thread's call,
+    # or one whose flow failed to build, asks the warm start again afterwards).
+    assert warm_start.choice(0, _raw(kernel, 64)) is None
+    kept_answer = cpu_store.kept()["answers"]
+    (old,) = kept_answer.values()
+    other = next(name for name in warm_start.by_name if name != old)
+    cpu_store.set_choice(other)  # another process re-tunes m=96 meanwhile
+    assert warm_start.choice(0, _raw(kernel, 96)) is None  # not the file's old answer
+    assert kernel.stats["exact"] == 0
+    launch(kernel, 96)  # the flow: what the store holds now
+    assert kernel.stats["exact"] == 1 and kernel.stats["tuned"] == 0
+    assert kernel.best_config is warm_start.by_name[other]
+
+
+def test_answers_under_a_changed_config_list_are_not_kept_for_the_kernels_own(
+    cpu_store: Store,
+) -> None:
+    # A config more: the kernel's keys are decided against another list (its checksum).
+    more = [*configs(), Config({"BLOCK": 16, "WORK": 50})]
+    tuned = tuner(CpuKernel(), unseen="tune")
+    tuned.configs = more
+    launch(tuned, 96)  # tuned against the longer list, and written
+    assert tuned.stats["tuned"] == 1 and tuned.wait_pending(timeout=60)
+    kernel = tuner(CpuKernel())
+    kernel.configs = more
+    launch(kernel, 96)  # the store's answer for the longer list
+    assert kernel.stats["exact"] == 1 and kernel.warm_start is not None
+    device = kernel.warm_start.devices.get(0)
+    assert device is None or not device.learned  # nothing kept under the original list's file
+
+
+def test_the_exit_writes_every_devices_file_whatever_one_of_them_raises(
+    cpu_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[warm.Answers] = []
+    first, second = (warm.Answers(None, str(cpu_store.root), {}) for _ in range(2))
+
+    def write(device: warm.Answers) -> bool:
+        if device is first:
+            raise RuntimeError("a bug of the first one's")
+        written.append(device)
+        return True
+
+    monkeypatch.setattr(kept, "write", write)
+    monkeypatch.setattr(kept, "_LEARNING", [first, second])
+    kept.write_learned()  # nothing raised
+    assert written == [second]
+
+
+@pytest.mark.parametrize("part", ["", ".", ".."])
+def test_a_file_whose_store_path_has_an_empty_or_dot_part_is_no_file(
+    gpu_store: Store, part: str
+) -> None:
+    store = gpu_store
+    run_child(store.root)
+    version = store.db.parent.parent
+    # <root>/tune/<version>/<part>/cache.db: a file's path of a store's shape, which names a
+    # real database file (a copy put where it resolves to), in the state recorded.
+    named = os.sep.join([str(version), part, warm.DATABASE_NAME])
+    shutil.copyfile(store.db, os.path.normpath(named))
+    names = {FAST: None, SLOW: None}
+    data = {**store.kept(), "store": named, "signature": lists(warm.store_signature(named))}
+    store.file().write_text(json.dumps(data))
+    assert warm.read_answers(str(store.file()), str(store.root), names) is None

@@ -194,7 +194,8 @@ class Flow:
             stats["exact"] += 1
             warm = self.kernel.warm_start
             if warm is not None and (key.text, target.sum) not in state.decided:
-                warm.learn(state, raw, exact)  # the store's answer: kept for the next process
+                # The store's answer: kept for the next process.
+                warm.learn(state, raw, exact, target.names)
             return exact
         from tunecache.triton.measure import Call
 

@@ -12,6 +12,7 @@ first call.
 
 from __future__ import annotations
 
+from _thread import allocate_lock  # threading costs ~2 ms to import; its Lock is this one
 from pathlib import Path
 
 from tunecache.triton.warm import (
@@ -30,20 +31,22 @@ __all__ = ["keep", "write", "write_learned"]
 #: the prefix of the temporary files renamed over an answers' file
 _TEMPORARY = ".warm-"
 
-#: the answers learned in this process, written at exit
+#: the answers learned in this process, written at exit (kernels of several threads learn)
 _LEARNING: list[Answers] = []
+_lock = allocate_lock()
 
 
 def keep(device: Answers) -> None:
     """Write `device`'s answers at exit (once)."""
-    if device.kept:
-        return
-    if not _LEARNING:
-        import atexit
+    with _lock:
+        if device.kept:
+            return
+        if not _LEARNING:
+            import atexit
 
-        atexit.register(write_learned)
-    device.kept = True
-    _LEARNING.append(device)
+            atexit.register(write_learned)
+        device.kept = True
+        _LEARNING.append(device)
 
 
 def _newest(signature: Signature) -> float:
@@ -66,12 +69,9 @@ def write(device: Answers) -> bool:
     ):
         return False
     recorded = as_lists(signature)
-    if device.store == store and device.signature == recorded:
-        answers = device.answers
-    else:
-        # Read again: another process may have kept the file since this one looked.
-        found = read_answers(device.file, device.root, device.names)
-        answers = found[2] if found is not None and found[0] == store else {}
+    # The file as it is now: another process may have kept answers of this state since.
+    found = read_answers(device.file, device.root, device.names)
+    answers = found[2] if found is not None and found[0] == store else {}
     value = {
         "format": FORMAT,
         "code": code_witness(),

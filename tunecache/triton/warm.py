@@ -515,6 +515,7 @@ def read_answers(
         or len(parts) != 5
         or parts[:2] != ["", "tune"]
         or parts[4] != DATABASE_NAME
+        or not {"", ".", ".."}.isdisjoint(parts[2:4])
         or data.get("code") != code_witness()
     ):
         return None
@@ -686,11 +687,15 @@ class WarmStart:
         try:
             found = device.memo.get(raw)
         except TypeError:  # a key argument's value is not hashable: the flow says so
+            device.fresh = False
             return None
         if found is not None or not device.answers:
             return found
         name = device.answers.get(raw_text(raw))
         if name is None:
+            # The store's state was checked for the call that read the file, this one: a
+            # later key is checked again, however soon it comes.
+            device.fresh = False
             return None
         with self.lock:
             found = device.memo.get(raw)
@@ -721,11 +726,16 @@ class WarmStart:
 
     # -- what the flow learns, written at exit ------------------------------------------------
 
-    def learn(self, state: DeviceState, raw: tuple[Any, ...], name: str) -> None:
-        """A key the store answered on `state`'s device, through its reader: kept for the
-        device's file, written at exit (`kept.write_learned`). Never raises: the caller is a
-        launch, and the file a cache."""
+    def learn(
+        self, state: DeviceState, raw: tuple[Any, ...], name: str, names: tuple[str, ...]
+    ) -> None:
+        """A key the store answered on `state`'s device, through its reader, for the config
+        list `names`: kept for the device's file, written at exit (`kept.write_learned`), where
+        that list is the one the file is named by (`kernel.configs` set since changes it).
+        Never raises: the caller is a launch, and the file a cache."""
         try:
+            if names != tuple(self.by_name):
+                return
             reader = state.reader
             if reader.path is None or reader.signature is None:
                 return
