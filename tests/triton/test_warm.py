@@ -200,7 +200,7 @@ print(json.dumps({"describe": {"key": key, "checksum": kernel.checksum,
 #: how many copies of each tuned store the module makes (one per test or case that needs one);
 #: "default" ones are the GPU store's, each under a user cache folder of its own (the root a
 #: kernel of the GPU backend has where none is named: `<XDG_CACHE_HOME>/triton`)
-COPIES = {"gpu": 32, "cpu": 6, "default": 1}
+COPIES = {"gpu": 40, "cpu": 10, "default": 1}
 
 
 class Pool:
