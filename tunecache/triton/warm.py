@@ -9,37 +9,40 @@ same device reads that file instead, while nothing it depends on has changed:
 
 - *Where*: `<cache root>/triton-warm/<digest>.json`. The digest is of everything that decides
   which store a kernel reads and what key a call makes there: this file's format (`FORMAT`,
-  which names the key grammar: a test holds a call's key text, config name and raw key text
-  to the ones of its format, so a change to any of them fails until `FORMAT` moves on); the
-  device as probed (the GPU's name, compute capability, multiprocessor
-  count, driver and Triton versions: what `gpu.gpu_fields` makes the identity of, or the
-  `device=` given); the kernel's name, argument names, `key`, `dims` and revision (its source,
-  for `revision="auto"`); and its config list, by name. The root is the one the store is
-  under (`root=`, `tunecache.configure(root=...)`, `$TUNECACHE_DIR`, or the user cache folder).
-- *What*: the store's file (one under the root: a copied root's file names the original's,
-  and is not used), its state (below), and each answered call by its Triton tuning key
-  (the key arguments' values and the tensors' dtypes, as text): the config the store chose.
+  which names the key grammar: a test holds a call's key text, config name and raw key text to
+  the ones of its format, so a change to any of them fails until `FORMAT` moves on); the device
+  as probed (the GPU's name, compute capability, multiprocessor count, driver and Triton
+  versions: what `gpu.gpu_fields` makes the identity of, or the `device=` given); the kernel's
+  name, argument names, `key`, `dims` and revision (its source, for `revision="auto"`); and its
+  config list, by name. The root is the one the store is under (`root=`,
+  `tunecache.configure(root=...)`, `$TUNECACHE_DIR`, or the user cache folder).
+- *What*: the store's file, its state (below), the state of the code that kept it
+  (`code_witness`), and each answered call by its Triton tuning key (the key arguments' values
+  and the tensors' dtypes, as text): the config the store chose (`read_answers` says what a
+  file must be to be used).
 - *Valid* while the store is in that state: the device, inode, size, modification and change
   time of its database file, and the device, inode, size and modification time of its
   write-ahead log (an absent log and an empty one are the same state: neither holds a page).
   Every write SQLite makes changes one of them (`store_signature` says why the log's change
-  time is not among them). The state is kept only where the store had not changed in
-  the 2 s before it was first read (a write within one tick of the file system's clock could
+  time is not among them). Each key new to the process is answered only after the state is
+  looked at again (two stats). The state is kept only where the store had not changed in the
+  2 s before it was first read (a write within one tick of the file system's clock could
   otherwise look like none: git's "racy" files), nor since.
 - *Written* at exit (`atexit`, `kept.py`), by a process that answered keys from its store and
   saw it hold still from its first read to its exit; merged with the valid answers already
-  there.
-  A process that tuned or wrote anything changed the store, and writes none: the next one
-  that only reads does. A file that cannot be written is left out, silently: it is a cache.
+  there. A process that tuned or wrote anything changed the store, and writes none: the next
+  one that only reads does. A file that cannot be written is left out, silently: it is a cache.
 - *Not used* for a kernel with `prune_configs_by` (what is legal depends on the call), with
-  `path=` (a store named by its file), in a process whose writer has decisions on their way
-  (`writer` loaded), or with TUNECACHE_TRITON_WARM=0. A call whose key is not in the file
-  takes the path it always took (`flow`), which then serves every later call too.
+  `path=` (a store named by its file), with one config, in a process whose writer has
+  decisions on their way (`writer` loaded), or with TUNECACHE_TRITON_WARM=0. A call whose key
+  is not in the file takes the path it always took (`flow`), which then serves every later
+  call too.
 
 What a warm start needs is here and nothing else, so that the first call loads this module
-alone: the config names and their launch arguments (`config_name`, `all_kwargs`), the Triton
-tuning key of a call (`RawKey`, which `keys.KeySpec` extends), the GPU's probe and driver
-version, and the root. Everything is stdlib; Triton and torch are the caller's, loaded.
+alone where the root is named (the user cache folder's path needs `tunecache.paths` and
+platformdirs): the config names and their launch arguments (`config_name`, `all_kwargs`), the
+Triton tuning key of a call (`RawKey`, which `keys.KeySpec` extends), the GPU's probe and
+driver version, and the root. Everything is stdlib; Triton and torch are the caller's, loaded.
 """
 
 from __future__ import annotations
