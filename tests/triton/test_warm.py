@@ -752,13 +752,18 @@ def _keep_file(store: Store, sizes: tuple[int, ...] = (96,)) -> None:
     assert len(store.kept()["answers"]) == len(sizes)
 
 
+def _kernel_with_a_file(store: Store, monkeypatch: pytest.MonkeyPatch) -> Autotuner:
+    """A kernel of fake.CpuKernel's whose warm start finds the file `_keep_file` kept (m=96)."""
+    _keep_file(store)
+    # This process's writer (other tests' tunings) would keep the warm start off.
+    monkeypatch.delitem(sys.modules, "tunecache.triton.writer", raising=False)
+    return tuner(CpuKernel())
+
+
 def test_the_flow_built_after_a_warm_answer_keeps_it_answered(
     cpu_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _keep_file(cpu_store)
-    # This process's writer (other tests' tunings) would keep the warm start off.
-    monkeypatch.delitem(sys.modules, "tunecache.triton.writer", raising=False)
-    kernel = tuner(CpuKernel())
+    kernel = _kernel_with_a_file(cpu_store, monkeypatch)
     out = launch(kernel, 96)  # from the file
     assert kernel.warm_start is not None
     assert kernel.stats["exact"] == 1
@@ -856,9 +861,7 @@ def test_a_flow_that_learns_neither_reads_the_file_nor_raises_into_the_launch(
 def test_the_kernels_cache_lists_what_the_warm_start_answered(
     cpu_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _keep_file(cpu_store)
-    monkeypatch.delitem(sys.modules, "tunecache.triton.writer", raising=False)
-    kernel = tuner(CpuKernel())
+    kernel = _kernel_with_a_file(cpu_store, monkeypatch)
     launch(kernel, 96)
     assert kernel.stats["exact"] == 1 and kernel._flow is None  # from the file
     before = kernel.cache  # (it builds the flow, which opened no device's state yet)
@@ -1109,9 +1112,7 @@ def _raw(kernel: Autotuner, m: int) -> tuple[Any, ...]:
 def test_a_key_the_file_does_not_answer_leaves_the_next_one_to_be_checked_again(
     cpu_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _keep_file(cpu_store)  # the file answers m=96 only
-    monkeypatch.delitem(sys.modules, "tunecache.triton.writer", raising=False)
-    kernel = tuner(CpuKernel())
+    kernel = _kernel_with_a_file(cpu_store, monkeypatch)  # the file answers m=96 only
     warm_start = kernel.warm_start
     assert warm_start is not None
     # The call that reads the file asks for a key it does not hold (a second thread's call,

@@ -184,9 +184,9 @@ def child(task: str, name: str, mode: str, shape: int, root: str | None, options
         # What tunecache.triton.jitkey did before the first launch (Triton's installation hash
         # served from the file beside the store, computed and kept there, or left to Triton).
         out["triton key"] = getattr(sys.modules.get("tunecache.triton.jitkey"), "outcome", None)
-        # Who answered the first call: the warm start's file (the flow never built), or the
-        # flow (the store, or a bench).
-        out["answered by"] = "warm start" if kernel._flow is None else "flow"
+        # Who answered the first call: the warm start's file (no flow built, so its module
+        # never loaded), or the flow (the store, or a bench).
+        out["answered by"] = "flow" if "tunecache.triton.flow" in sys.modules else "warm start"
         out["bench_time"], out["store_time"] = kernel.bench_time, kernel.store_time
         out["outputs_time"] = kernel.outputs_time
         t0 = time.perf_counter()

@@ -571,11 +571,9 @@ class Autotuner:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Launch the kernel with the config this call's key resolves to."""
         choice = self._single
-        if choice is None and self._flow is None:
+        if choice is None and self._flow is None and self._warm is not False:
             # Before any miss: the warm start answers, a dict lookup a call once answered.
-            warm = self._warm
-            if warm is not False:
-                choice = self._warm_choice(args, kwargs)
+            choice = self._warm_choice(args, kwargs)
         if choice is None:
             flow = self._flow
             if flow is None:

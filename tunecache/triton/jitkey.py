@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tunecache.triton.warm import read_json, switched_off
+
 __all__ = [
     "ENV",
     "FILE",
@@ -60,7 +62,7 @@ outcome: str | None = None
 def pending() -> bool:
     """Whether this process's Triton has yet to hash its installation (and remembering is on):
     a look at `sys.modules`, nothing imported."""
-    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+    if switched_off(ENV):
         return False
     found = _key_function()
     # Served a kept hash, its function has answered once (`_serve`): nothing is pending then.
@@ -155,8 +157,6 @@ def fingerprint(cache_file: str, version: str) -> tuple[str, float]:
 
 
 def _read(path: Path) -> dict[str, str]:
-    from tunecache.triton.warm import read_json
-
     data = read_json(path)
     keys = data.get("keys") if isinstance(data, dict) and data.get("format") == _FORMAT else None
     if not isinstance(keys, dict):

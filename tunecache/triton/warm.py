@@ -94,6 +94,7 @@ __all__ = [
     "read_answers",
     "read_json",
     "store_signature",
+    "switched_off",
     "torch_module",
     "triton_module",
     "triton_unhashed",
@@ -470,8 +471,10 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         os.close(fd)
 
 
-def _off() -> bool:
-    return os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no")
+def switched_off(variable: str) -> bool:
+    """Whether the environment variable `variable` turns a feature off ("0", "off", "false",
+    "no", any case, spaces around): this module's `ENV`, `jitkey.ENV`."""
+    return os.environ.get(variable, "").strip().lower() in ("0", "off", "false", "no")
 
 
 # -- a kernel's warm start ----------------------------------------------------------------------
@@ -486,9 +489,9 @@ def code_witness() -> list[int]:
     this module and of tunecache's version file. An upgrade or reinstall (which may move the
     store, or change how it answers) rewrites both; a file of other code is not used. Two
     stats: no module more."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.abspath(__file__)
     out: list[int] = []
-    for name in (os.path.join(here, "warm.py"), os.path.join(here, "..", "_version.py")):
+    for name in (here, os.path.join(os.path.dirname(here), "..", "_version.py")):
         try:
             found = os.stat(name)
         except OSError:
@@ -602,7 +605,7 @@ class WarmStart:
         """The kernel's warm start, or None where it has none (see the module's text)."""
         options = kernel.options
         if (
-            _off()
+            switched_off(ENV)
             or options.path is not None
             or options.early_prune is not None
             or options.perf_model is not None
